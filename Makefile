@@ -1,0 +1,49 @@
+# The two commands of the README: `make run` and `make test`. Both build the virtual
+# environment they need from pyproject.toml with nothing but python3 (3.11+).
+PYTHON ?= python3
+PORT ?= 8000
+VENV := .venv
+BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.run-deps
+TEST_STAMP := $(VENV)/.test-deps
+
+.PHONY: run test lint pytest install clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Quanta needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(RUN_STAMP)
+
+install: $(RUN_STAMP)
+
+# Embedded default: SQLite, in-process tasks, in-memory channel layer, local backend, demo data.
+run: export DEBUG ?= true
+run: $(RUN_STAMP)
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py seed_demo --url http://127.0.0.1:$(PORT)/
+	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+
+# The whole suite: lint, types, tests. CI (.ci/run) calls exactly this with DATABASE_URL and
+# REDIS_URL pointing at real PostgreSQL and Redis. pytest's exit code 5 (no test ran) fails it.
+test: export DEBUG ?= true
+test: $(TEST_STAMP) lint pytest
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+pytest: export DEBUG ?= true
+pytest: $(TEST_STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

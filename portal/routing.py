@@ -1,0 +1,6 @@
+"""WebSocket routes of every app, gathered in one list for the ASGI router."""
+
+from django.urls import URLPattern
+
+# Live status (workloads, logs, classes, inventory) registers here as those apps grow.
+websocket_urlpatterns: list[URLPattern] = []

@@ -1,0 +1,261 @@
+"""Quanta settings, read only from the environment (see docs/configuration.md).
+
+With nothing set, Quanta runs in its embedded mode: SQLite in ``var/``, tasks in-process, an
+in-memory channel layer and the local cluster backend. Production sets DATABASE_URL,
+REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=false.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from portal.env import (
+    ConfigError,
+    envbool,
+    envchoice,
+    envint,
+    envlist,
+    envstr,
+    envtimezone,
+    envurl,
+    secret_from_file,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(envstr("DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = envbool("DEBUG", False)
+
+# SECRET_KEY: required in production; the embedded (DEBUG) mode generates one once and keeps
+# it in DATA_DIR so sessions survive restarts.
+_secret = envstr("SECRET_KEY", "")
+if not _secret:
+    if not DEBUG:
+        raise ConfigError("SECRET_KEY", "is required when DEBUG is off")
+    _secret = secret_from_file(DATA_DIR / "secret_key", generate=True) or ""
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")):
+        raise ConfigError("CSRF_TRUSTED_ORIGINS", f"{_origin!r} must start with http:// or https://")
+
+CLUSTER_BACKEND = envchoice("CLUSTER_BACKEND", "local", ("local", "kubernetes", "simulated"))
+DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "portal.apps.QuantaAdminConfig",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "guardian",
+    "mozilla_django_oidc",
+    "channels",
+    "portal",
+    "tenants",
+    "scheduling",
+    "workloads",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.site",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+_database_url = envurl(
+    "DATABASE_URL",
+    f"sqlite:///{DATA_DIR / 'quanta.sqlite3'}",
+    ("sqlite", "postgres", "postgresql", "postgis"),
+)
+try:
+    _db = dj_database_url.parse(_database_url, conn_max_age=0)
+except ValueError as exc:
+    raise ConfigError("DATABASE_URL", str(exc)) from exc
+if _db["ENGINE"].endswith("sqlite3"):
+    Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Several threads (web, in-process tasks) share one file: wait for locks, don't fail.
+    _db.setdefault("OPTIONS", {})["timeout"] = 20
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker, channel layer, cache ----------------------------------------------
+REDIS_URL = envurl("REDIS_URL", "", ("redis", "rediss", "unix"))
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Celery reads the CELERY_* names (portal/celery.py). Without Redis, tasks run in-process.
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TIMEZONE = "UTC"
+
+# --- Authentication ---------------------------------------------------------------------------
+AUTH_USER_MODEL = "tenants.User"
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+ANONYMOUS_USER_NAME = None  # django-guardian: no anonymous user row
+
+# Campus sign-in through OpenID Connect (docs/authentication.md). Enabled when a client id
+# is set; every endpoint must then be given.
+OIDC_RP_CLIENT_ID = envstr("OIDC_RP_CLIENT_ID", "")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = envstr("OIDC_RP_CLIENT_SECRET", "")
+OIDC_RP_SIGN_ALGO = envchoice("OIDC_RP_SIGN_ALGO", "RS256", ("RS256", "HS256", "ES256"))
+OIDC_RP_SCOPES = envstr("OIDC_RP_SCOPES", "openid email profile")
+OIDC_OP_AUTHORIZATION_ENDPOINT = envurl("OIDC_OP_AUTHORIZATION_ENDPOINT", "", ("http", "https"))
+OIDC_OP_TOKEN_ENDPOINT = envurl("OIDC_OP_TOKEN_ENDPOINT", "", ("http", "https"))
+OIDC_OP_USER_ENDPOINT = envurl("OIDC_OP_USER_ENDPOINT", "", ("http", "https"))
+OIDC_OP_JWKS_ENDPOINT = envurl("OIDC_OP_JWKS_ENDPOINT", "", ("http", "https"))
+OIDC_USERNAME_CLAIM = envstr("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_STUDENT_NUMBER_CLAIM = envstr("OIDC_STUDENT_NUMBER_CLAIM", "")
+OIDC_PROVIDER_NAME = envstr("OIDC_PROVIDER_NAME", "Campus sign-in")
+if OIDC_ENABLED:
+    for _name in (
+        "OIDC_OP_AUTHORIZATION_ENDPOINT",
+        "OIDC_OP_TOKEN_ENDPOINT",
+        "OIDC_OP_USER_ENDPOINT",
+    ):
+        if not globals()[_name]:
+            raise ConfigError(_name, "is required when OIDC_RP_CLIENT_ID is set")
+    if OIDC_RP_SIGN_ALGO != "HS256" and not OIDC_OP_JWKS_ENDPOINT:
+        raise ConfigError("OIDC_OP_JWKS_ENDPOINT", f"is required for {OIDC_RP_SIGN_ALGO}")
+    AUTHENTICATION_BACKENDS.insert(0, "tenants.auth.CampusOIDCBackend")
+OIDC_CREATE_USER = True
+OIDC_STORE_ID_TOKEN = False
+
+# --- REST API -----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.auth.PersonalTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Quanta API",
+    "DESCRIPTION": "Campus GPU platform: tenants, quotas, workloads, scheduling and billing.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    # Swagger UI is served from this install (drf-spectacular-sidecar), never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Internationalisation ---------------------------------------------------------------------
+LANGUAGE_CODE = envchoice("LANGUAGE_CODE", "en", ("en", "zh-hans"))
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = envtimezone("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files -------------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# --- Security (production) ---------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "SAMEORIGIN"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# Personal API tokens: how often (seconds) the last-used time is written at most.
+API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envchoice(
+        "LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")
+    )},
+}

@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal import health
+from portal.api import AuditEventViewSet
+
+api_router = DefaultRouter()
+api_router.register("audit-events", AuditEventViewSet, basename="audit-event")
+
+api_v1 = [
+    path("", include("tenants.api.urls")),
+    path("", include((api_router.urls, "portal-api"))),
+]
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+    path("oidc/", include("mozilla_django_oidc.urls")),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("", include("tenants.urls")),
+]

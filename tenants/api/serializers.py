@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from tenants.choices import Role
+from tenants.models import ApiToken, Membership, Quota, Tenant
+from tenants.permissions import Access
+from tenants.services import quota_over_use
+
+User = get_user_model()
+
+
+class UserSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = User
+        fields = ["id", "username", "display_name", "email", "student_number", "language",
+                  "time_zone", "is_superuser"]
+        read_only_fields = fields
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Tenant.objects.all(), required=False, allow_null=True
+    )
+    my_role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Tenant
+        fields = ["id", "kind", "name", "slug", "parent", "path", "term_start", "term_end",
+                  "is_active", "created_at", "my_role"]
+        read_only_fields = ["id", "path", "created_at", "my_role"]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_my_role(self, tenant: Tenant) -> str | None:
+        request = self.context.get("request")
+        return Access.of(request.user).role_on(tenant) if request else None
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # The tree shape is changed with the move action, so its checks run in one place.
+        if self.instance is not None and "parent" in attrs:
+            raise serializers.ValidationError({"parent": "use the move action to re-parent"})
+        if self.instance is not None and "kind" in attrs and attrs["kind"] != self.instance.kind:
+            raise serializers.ValidationError({"kind": "the kind of a tenant cannot change"})
+        return attrs
+
+
+class MoveSerializer(serializers.Serializer):
+    parent = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "tenant", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    over_use = serializers.SerializerMethodField(
+        help_text="Limits currently below use: new work waits; running work is not stopped."
+    )
+
+    class Meta:
+        model = Quota
+        fields = [
+            "tenant",
+            "gpus", "gpu_memory_mib", "cpu_cores", "memory_mib", "environments", "jobs",
+            "gpu_hours_per_term", "member_gpus", "member_environments", "member_jobs",
+            "member_gpu_hours_per_term",
+            "used_gpus", "used_gpu_memory_mib", "used_cpu_cores", "used_memory_mib",
+            "used_environments", "used_jobs", "used_gpu_hours",
+            "over_use", "updated_at",
+        ]
+        read_only_fields = [
+            "tenant", "used_gpus", "used_gpu_memory_mib", "used_cpu_cores", "used_memory_mib",
+            "used_environments", "used_jobs", "used_gpu_hours", "over_use", "updated_at",
+        ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_over_use(self, quota: Quota) -> list[str]:
+        return quota_over_use(quota)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "expires_at",
+                  "revoked_at"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The secret. Shown only in this response; store it now."
+    )
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class RosterUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="CSV: student_number, name, email, class[, role]")
+
+
+class RosterResultSerializer(serializers.Serializer):
+    created_users = serializers.ListField(child=serializers.CharField())
+    created_memberships = serializers.ListField(child=serializers.CharField())
+    changed_memberships = serializers.ListField(child=serializers.CharField())
+    unchanged = serializers.IntegerField()
+
+
+class RowErrorSerializer(serializers.Serializer):
+    line = serializers.IntegerField()
+    column = serializers.CharField()
+    message = serializers.CharField()

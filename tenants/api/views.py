@@ -1,0 +1,261 @@
+"""REST API for tenants, memberships, quotas, roster import, users and personal tokens.
+
+Querysets are scoped to what the caller may see (others' objects are 404); actions on a
+visible object that the caller may not take are 403.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenants import roster, services
+from tenants.api import serializers as s
+from tenants.choices import MANAGING_ROLES
+from tenants.models import ApiToken, Membership, Tenant
+from tenants.permissions import Access
+
+User = get_user_model()
+
+
+def access(request: Request) -> Access:
+    return Access.of(request.user)
+
+
+class TenantFilter(filters.FilterSet):
+    parent = filters.CharFilter(field_name="parent__slug")
+    within = filters.CharFilter(method="filter_within", label="slug of a tenant: its subtree")
+
+    class Meta:
+        model = Tenant
+        fields = ["kind", "is_active", "parent", "within"]
+
+    def filter_within(self, queryset: QuerySet[Tenant], name: str, value: str) -> QuerySet[Tenant]:
+        root = Tenant.objects.filter(slug=value).first()
+        return queryset.filter(path__startswith=root.path) if root else queryset.none()
+
+
+class TenantViewSet(viewsets.ModelViewSet):
+    """The tenant tree. Admins change their subtree; everyone sees where they belong."""
+
+    serializer_class = s.TenantSerializer
+    lookup_field = "slug"
+    filterset_class = TenantFilter
+    ordering_fields = ["path", "name", "slug", "created_at"]
+
+    def get_queryset(self) -> QuerySet[Tenant]:
+        return Tenant.objects.filter(access(self.request).visible_tenants()).select_related(
+            "parent"
+        )
+
+    def perform_create(self, serializer: s.TenantSerializer) -> None:
+        data = serializer.validated_data
+        parent = data.get("parent")
+        me = access(self.request)
+        if parent is None:
+            if not me.is_superuser:
+                raise PermissionDenied("Only a superuser creates a top-level organisation.")
+        elif not me.can_view(parent):
+            raise ValidationError({"parent": f"no tenant {parent.slug!r}"})
+        elif not me.can_administer(parent):
+            raise PermissionDenied(f"You do not administer {parent.name}.")
+        serializer.instance = services.create_tenant(actor=self.request.user, **data)
+
+    def perform_update(self, serializer: s.TenantSerializer) -> None:
+        if not access(self.request).can_administer(serializer.instance):
+            raise PermissionDenied(f"You do not administer {serializer.instance.name}.")
+        serializer.instance = services.update_tenant(
+            actor=self.request.user, tenant=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Tenant) -> None:
+        if not access(self.request).can_administer(instance.parent or instance):
+            raise PermissionDenied(f"You do not administer {instance.name}.")
+        services.delete_tenant(actor=self.request.user, tenant=instance)
+
+    @extend_schema(request=s.MoveSerializer, responses=s.TenantSerializer)
+    @action(detail=True, methods=["post"])
+    def move(self, request: Request, slug: str) -> Response:
+        """Move this tenant and its subtree under another parent."""
+        tenant = self.get_object()
+        body = s.MoveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        parent = body.validated_data["parent"]
+        me = access(request)
+        if not me.can_view(parent):
+            raise ValidationError({"parent": f"no tenant {parent.slug!r}"})
+        if not (me.can_administer(tenant) and me.can_administer(parent)):
+            raise PermissionDenied("You must administer both the tenant and its new parent.")
+        tenant = services.move_tenant(actor=request.user, tenant=tenant, parent=parent)
+        return Response(self.get_serializer(tenant).data)
+
+    @extend_schema(methods=["GET"], responses=s.QuotaSerializer)
+    @extend_schema(methods=["PUT", "PATCH"], request=s.QuotaSerializer,
+                   responses=s.QuotaSerializer)
+    @action(detail=True, methods=["get", "put", "patch"])
+    def quota(self, request: Request, slug: str) -> Response:
+        """Limits and current use. ``over_use`` lists limits set below what is in use."""
+        tenant = self.get_object()
+        quota = tenant.quota
+        if request.method == "GET":
+            return Response(s.QuotaSerializer(quota).data)
+        if not access(request).can_administer(tenant):
+            raise PermissionDenied(f"You do not administer the quota of {tenant.name}.")
+        body = s.QuotaSerializer(quota, data=request.data, partial=request.method == "PATCH")
+        body.is_valid(raise_exception=True)
+        update = services.set_quota(actor=request.user, tenant=tenant, **body.validated_data)
+        return Response(s.QuotaSerializer(update.quota).data)
+
+
+class MembershipFilter(filters.FilterSet):
+    tenant = filters.CharFilter(field_name="tenant__slug")
+    user = filters.CharFilter(field_name="user__username")
+    within = filters.CharFilter(method="filter_within", label="slug of a tenant: its subtree")
+
+    class Meta:
+        model = Membership
+        fields = ["tenant", "user", "role", "within"]
+
+    def filter_within(
+        self, queryset: QuerySet[Membership], name: str, value: str
+    ) -> QuerySet[Membership]:
+        root = Tenant.objects.filter(slug=value).first()
+        return queryset.filter(tenant__path__startswith=root.path) if root else queryset.none()
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    """Who has which role where. Managers see their subtree's members; everyone sees their own."""
+
+    serializer_class = s.MembershipSerializer
+    filterset_class = MembershipFilter
+    ordering_fields = ["created_at", "role"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Membership]:
+        me = access(self.request)
+        return (
+            Membership.objects.filter(
+                me.tenant_filter(prefix="tenant__", roles=MANAGING_ROLES)
+                | Q(user=self.request.user)
+            )
+            .select_related("user", "tenant")
+            .distinct()
+        )
+
+    def _check(self, tenant: Tenant, role: str) -> None:
+        me = access(self.request)
+        if not me.can_view(tenant):
+            raise ValidationError({"tenant": f"no tenant {tenant.slug!r}"})
+        if not (me.can_manage(tenant) and me.can_assign_role(tenant, role)):
+            raise PermissionDenied(f"You cannot give the role {role} in {tenant.name}.")
+
+    def perform_create(self, serializer: s.MembershipSerializer) -> None:
+        data = serializer.validated_data
+        self._check(data["tenant"], data["role"])
+        if Membership.objects.filter(user=data["user"], tenant=data["tenant"]).exists():
+            raise ValidationError({"user": f"{data['user'].username} is already a member; "
+                                           "change the role of that membership"})
+        serializer.instance = services.set_membership(actor=self.request.user, **data)
+
+    def perform_update(self, serializer: s.MembershipSerializer) -> None:
+        membership = serializer.instance
+        data = serializer.validated_data
+        if data.get("tenant", membership.tenant) != membership.tenant or data.get(
+            "user", membership.user
+        ) != membership.user:
+            raise ValidationError({"tenant": "only the role of a membership can change"})
+        self._check(membership.tenant, membership.role)
+        self._check(membership.tenant, data.get("role", membership.role))
+        serializer.instance = services.set_membership(
+            actor=self.request.user, tenant=membership.tenant, user=membership.user,
+            role=data.get("role", membership.role),
+        )
+
+    def perform_destroy(self, instance: Membership) -> None:
+        self._check(instance.tenant, instance.role)
+        services.remove_membership(actor=self.request.user, membership=instance)
+
+
+class RosterImportView(APIView):
+    """Upload a class roster CSV: every row is checked first; nothing is half-imported."""
+
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(
+        request=s.RosterUploadSerializer,
+        responses={
+            200: s.RosterResultSerializer,
+            400: OpenApiResponse(s.RowErrorSerializer(many=True),
+                                 description="The rows' problems; nothing was imported."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        me = access(request)
+        if not me.manages_anything():
+            raise PermissionDenied("Only teachers and admins import rosters.")
+        body = s.RosterUploadSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = services.import_roster(actor=request.user, data=body.validated_data["file"].read())
+        except roster.RosterError as exc:
+            return Response({"file": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        except services.RosterRejected as exc:
+            return Response(
+                {"detail": str(exc), "errors": s.RowErrorSerializer(exc.errors, many=True).data},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        return Response(s.RosterResultSerializer(result).data)
+
+
+class UserViewSet(viewsets.ReadOnlyModelViewSet):
+    """People: yourself, and the members of the tenants you manage."""
+
+    serializer_class = s.UserSerializer
+    filterset_fields = ["username", "student_number"]
+    ordering_fields = ["username", "date_joined"]
+
+    def get_queryset(self) -> QuerySet[Any]:
+        me = access(self.request)
+        users = User.objects.all()
+        if me.is_superuser:
+            return users.order_by("username")
+        managed = me.tenant_filter(prefix="memberships__tenant__",
+                                   roles=MANAGING_ROLES)
+        return users.filter(managed | Q(pk=self.request.user.pk)).distinct().order_by("username")
+
+    @action(detail=False)
+    def me(self, request: Request) -> Response:
+        return Response(self.get_serializer(request.user).data)
+
+
+class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin,
+                      viewsets.ReadOnlyModelViewSet):
+    """Your personal API tokens. The secret is shown once, at creation; DELETE revokes."""
+
+    serializer_class = s.ApiTokenSerializer
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(responses={201: s.NewApiTokenSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        token, secret = services.create_api_token(actor=request.user, **body.validated_data)
+        data = s.NewApiTokenSerializer(token).data | {"token": secret}
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        services.revoke_api_token(actor=self.request.user, token=instance)
+

@@ -1,0 +1,80 @@
+"""Pages for accounts: home, sign-in, password, personal API tokens, roster import."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from tenants import roster, services
+from tenants.forms import ApiTokenForm, RosterForm
+from tenants.models import ApiToken, Membership, Tenant
+from tenants.permissions import Access
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    memberships = (
+        Membership.objects.filter(user=request.user)
+        .select_related("tenant", "tenant__quota")
+        .order_by("tenant__path")
+    )
+    access = Access.of(request.user)
+    managed = (
+        Tenant.objects.filter(access.managed_tenants()).select_related("quota")
+        if access.manages_anything() else Tenant.objects.none()
+    )
+    return render(request, "tenants/home.html", {
+        "memberships": memberships,
+        "managed": managed,
+        "can_import": access.manages_anything(),
+    })
+
+
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    form = ApiTokenForm(request.POST or None)
+    new_secret = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            _token, new_secret = services.create_api_token(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            form = ApiTokenForm()
+    return render(request, "tenants/tokens.html", {
+        "form": form,
+        "new_secret": new_secret,
+        "tokens": ApiToken.objects.filter(user=request.user),
+    })
+
+
+@login_required
+@require_POST
+def revoke_token(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    services.revoke_api_token(actor=request.user, token=token)
+    messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
+    return redirect("tokens")
+
+
+@login_required
+def roster_import(request: HttpRequest) -> HttpResponse:
+    if not Access.of(request.user).manages_anything():
+        return HttpResponseForbidden(_("Only teachers and admins import rosters."))
+    form = RosterForm(request.POST or None, request.FILES or None)
+    result = row_errors = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            result = services.import_roster(actor=request.user, data=form.cleaned_data["file"].read())
+        except roster.RosterError as exc:
+            form.add_error("file", str(exc))
+        except services.RosterRejected as exc:
+            row_errors = exc.errors
+    return render(request, "tenants/roster.html",
+                  {"form": form, "result": result, "row_errors": row_errors})
