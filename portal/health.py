@@ -18,8 +18,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if settings.REDIS_URL:
         checks["redis"] = _timed(_redis)
     ready = all(check["ok"] for check in checks.values())
-    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks},
-                        status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
+    )
 
 
 def _timed(probe: object) -> dict[str, object]:

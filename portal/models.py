@@ -7,7 +7,10 @@ from django.db import models
 class AuditEvent(models.Model):
     time = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     action = models.CharField(max_length=64, db_index=True)

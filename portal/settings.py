@@ -41,7 +41,9 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not _origin.startswith(("http://", "https://")):
-        raise ConfigError("CSRF_TRUSTED_ORIGINS", f"{_origin!r} must start with http:// or https://")
+        raise ConfigError(
+            "CSRF_TRUSTED_ORIGINS", f"{_origin!r} must start with http:// or https://"
+        )
 
 CLUSTER_BACKEND = envchoice("CLUSTER_BACKEND", "local", ("local", "kubernetes", "simulated"))
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
@@ -70,7 +72,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -79,6 +80,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+if not DEBUG:
+    # Production serves collected static files itself; DEBUG's runserver serves them directly.
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -255,7 +260,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": envchoice(
-        "LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")
-    )},
+    "root": {
+        "handlers": ["console"],
+        "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    },
 }

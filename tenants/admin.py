@@ -18,8 +18,15 @@ class QuantaUserAdmin(UserAdmin):
 class QuotaInline(admin.StackedInline):
     model = Quota
     can_delete = False
-    readonly_fields = ("used_gpus", "used_gpu_memory_mib", "used_cpu_cores", "used_memory_mib",
-                       "used_environments", "used_jobs", "used_gpu_hours")
+    readonly_fields = (
+        "used_gpus",
+        "used_gpu_memory_mib",
+        "used_cpu_cores",
+        "used_memory_mib",
+        "used_environments",
+        "used_jobs",
+        "used_gpu_hours",
+    )
 
 
 @admin.register(Tenant)

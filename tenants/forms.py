@@ -3,10 +3,12 @@ from django.utils.translation import gettext_lazy as _
 
 
 class ApiTokenForm(forms.Form):
-    name = forms.CharField(label=_("Name"), max_length=100,
-                           help_text=_("Where you will use it, e.g. 'laptop'."))
+    name = forms.CharField(
+        label=_("Name"), max_length=100, help_text=_("Where you will use it, e.g. 'laptop'.")
+    )
     expires_at = forms.DateTimeField(
-        label=_("Expires"), required=False,
+        label=_("Expires"),
+        required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
         help_text=_("Leave empty for a token that lasts until you revoke it."),
     )

@@ -104,24 +104,40 @@ class Quota(models.Model):
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
 
     gpus = models.DecimalField(
-        _("GPUs (whole-GPU equivalents)"), max_digits=9, decimal_places=3, null=True, blank=True,
+        _("GPUs (whole-GPU equivalents)"),
+        max_digits=9,
+        decimal_places=3,
+        null=True,
+        blank=True,
         validators=[MinValueValidator(0)],
     )
     gpu_memory_mib = models.PositiveBigIntegerField(_("GPU memory (MiB)"), null=True, blank=True)
     cpu_cores = models.DecimalField(
-        _("CPU cores"), max_digits=9, decimal_places=3, null=True, blank=True,
+        _("CPU cores"),
+        max_digits=9,
+        decimal_places=3,
+        null=True,
+        blank=True,
         validators=[MinValueValidator(0)],
     )
     memory_mib = models.PositiveBigIntegerField(_("memory (MiB)"), null=True, blank=True)
     environments = models.PositiveIntegerField(_("concurrent environments"), null=True, blank=True)
     jobs = models.PositiveIntegerField(_("concurrent jobs"), null=True, blank=True)
     gpu_hours_per_term = models.DecimalField(
-        _("GPU-hours per term"), max_digits=12, decimal_places=2, null=True, blank=True,
+        _("GPU-hours per term"),
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
         validators=[MinValueValidator(0)],
     )
 
     member_gpus = models.DecimalField(
-        _("GPUs per member"), max_digits=9, decimal_places=3, null=True, blank=True,
+        _("GPUs per member"),
+        max_digits=9,
+        decimal_places=3,
+        null=True,
+        blank=True,
         validators=[MinValueValidator(0)],
     )
     member_environments = models.PositiveIntegerField(
@@ -129,8 +145,12 @@ class Quota(models.Model):
     )
     member_jobs = models.PositiveIntegerField(_("jobs per member"), null=True, blank=True)
     member_gpu_hours_per_term = models.DecimalField(
-        _("GPU-hours per member per term"), max_digits=12, decimal_places=2, null=True,
-        blank=True, validators=[MinValueValidator(0)],
+        _("GPU-hours per member per term"),
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
     )
 
     used_gpus = models.DecimalField(max_digits=9, decimal_places=3, default=0)
@@ -163,6 +183,9 @@ class MemberUsage(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "user"], name="one_usage_row_per_member")
         ]
+
+    def __str__(self) -> str:
+        return f"use of {self.user} in {self.tenant}"
 
 
 class ApiToken(models.Model):

@@ -48,7 +48,10 @@ class Access:
                 access._grant(path, role)
             for perm, role in (("manage_tenant", Role.TEACHER), ("view_tenant", VIEWER)):
                 granted = get_objects_for_user(
-                    user, f"tenants.{perm}", klass=Tenant, accept_global_perms=False,
+                    user,
+                    f"tenants.{perm}",
+                    klass=Tenant,
+                    accept_global_perms=False,
                     with_superuser=False,
                 ).values_list("path", flat=True)
                 for path in granted:

@@ -118,8 +118,9 @@ def refusals(request: Request, chain: Sequence[Level]) -> list[Refusal]:
             used = Decimal(level.used.get(resource, 0))
             if used + want > Decimal(limit):
                 found.append(
-                    Refusal(level.tenant, level.kind, resource, used, Decimal(limit), want,
-                            depth=depth)
+                    Refusal(
+                        level.tenant, level.kind, resource, used, Decimal(limit), want, depth=depth
+                    )
                 )
         for member_field, resource in MEMBER_RESOURCES.items():
             want = request.amount(resource)
@@ -129,8 +130,16 @@ def refusals(request: Request, chain: Sequence[Level]) -> list[Refusal]:
             used = Decimal(level.member_used.get(resource, 0))
             if used + want > Decimal(limit):
                 found.append(
-                    Refusal(level.tenant, level.kind, resource, used, Decimal(limit), want,
-                            per_member=True, depth=depth)
+                    Refusal(
+                        level.tenant,
+                        level.kind,
+                        resource,
+                        used,
+                        Decimal(limit),
+                        want,
+                        per_member=True,
+                        depth=depth,
+                    )
                 )
         if request.gpus > 0:
             found.extend(_gpu_hour_refusals(level, depth))
@@ -139,12 +148,27 @@ def refusals(request: Request, chain: Sequence[Level]) -> list[Refusal]:
 
 def _gpu_hour_refusals(level: Level, depth: int) -> Iterable[Refusal]:
     if level.gpu_hours_limit is not None and level.gpu_hours_used >= level.gpu_hours_limit:
-        yield Refusal(level.tenant, level.kind, "gpu_hours", Decimal(level.gpu_hours_used),
-                      Decimal(level.gpu_hours_limit), Decimal(0), depth=depth)
+        yield Refusal(
+            level.tenant,
+            level.kind,
+            "gpu_hours",
+            Decimal(level.gpu_hours_used),
+            Decimal(level.gpu_hours_limit),
+            Decimal(0),
+            depth=depth,
+        )
     limit = level.member_gpu_hours_limit
     if limit is not None and level.member_gpu_hours_used >= limit:
-        yield Refusal(level.tenant, level.kind, "gpu_hours", Decimal(level.member_gpu_hours_used),
-                      Decimal(limit), Decimal(0), per_member=True, depth=depth)
+        yield Refusal(
+            level.tenant,
+            level.kind,
+            "gpu_hours",
+            Decimal(level.member_gpu_hours_used),
+            Decimal(limit),
+            Decimal(0),
+            per_member=True,
+            depth=depth,
+        )
 
 
 def tightest(found: Sequence[Refusal]) -> Refusal | None:

@@ -41,7 +41,9 @@ class RowError:
 
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line else "file"
-        return f"{where}, {self.column}: {self.message}" if self.column else f"{where}: {self.message}"
+        return (
+            f"{where}, {self.column}: {self.message}" if self.column else f"{where}: {self.message}"
+        )
 
 
 class RosterError(Exception):
@@ -104,8 +106,11 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
         earlier = seen.get(row.student_number)
         if earlier and (earlier.name, earlier.email) != (row.name, row.email):
             errors.append(
-                RowError(line, "student_number",
-                         f"{row.student_number} appears on line {earlier.line} with other details")
+                RowError(
+                    line,
+                    "student_number",
+                    f"{row.student_number} appears on line {earlier.line} with other details",
+                )
             )
             continue
         seen[row.student_number] = row
@@ -121,8 +126,9 @@ def _check(line: int, value: dict[str, str]) -> list[RowError]:
         if not value[name]:
             errors.append(RowError(line, name, "is empty"))
     if value["student_number"] and not _STUDENT_NUMBER.match(value["student_number"]):
-        errors.append(RowError(line, "student_number",
-                               "use letters, digits, '.', '_' or '-' (at most 32)"))
+        errors.append(
+            RowError(line, "student_number", "use letters, digits, '.', '_' or '-' (at most 32)")
+        )
     if len(value["name"]) > 150:
         errors.append(RowError(line, "name", "is longer than 150 characters"))
     if value["email"] and not _EMAIL.match(value["email"]):
@@ -131,6 +137,7 @@ def _check(line: int, value: dict[str, str]) -> list[RowError]:
         errors.append(RowError(line, "class", f"{value['class']!r} is not a class code"))
     role = value.get("role", "").lower()
     if role and role not in ROSTER_ROLES:
-        errors.append(RowError(line, "role",
-                               f"unknown role {role!r}; use one of {', '.join(ROSTER_ROLES)}"))
+        errors.append(
+            RowError(line, "role", f"unknown role {role!r}; use one of {', '.join(ROSTER_ROLES)}")
+        )
     return errors

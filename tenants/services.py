@@ -32,8 +32,16 @@ from tenants.permissions import Access
 User = get_user_model()
 
 QUOTA_LIMIT_FIELDS = (
-    "gpus", "gpu_memory_mib", "cpu_cores", "memory_mib", "environments", "jobs",
-    "gpu_hours_per_term", "member_gpus", "member_environments", "member_jobs",
+    "gpus",
+    "gpu_memory_mib",
+    "cpu_cores",
+    "memory_mib",
+    "environments",
+    "jobs",
+    "gpu_hours_per_term",
+    "member_gpus",
+    "member_environments",
+    "member_jobs",
     "member_gpu_hours_per_term",
 )
 TENANT_FIELDS = ("name", "slug", "term_start", "term_end", "is_active")
@@ -84,8 +92,14 @@ def create_tenant(
     tenant.path = f"{parent.path if parent else '/'}{tenant.pk}/"
     tenant.save(update_fields=["path"])
     Quota.objects.create(tenant=tenant)
-    record("tenant.create", actor=actor, target=tenant, tenant=tenant, kind=kind,
-           parent=parent.slug if parent else None)
+    record(
+        "tenant.create",
+        actor=actor,
+        target=tenant,
+        tenant=tenant,
+        kind=kind,
+        parent=parent.slug if parent else None,
+    )
     return tenant
 
 
@@ -96,14 +110,20 @@ def update_tenant(*, actor: Any, tenant: Tenant, **changes: Any) -> Tenant:
         raise ValidationError({name: "cannot be changed here" for name in unknown})
     if "slug" in changes:
         _check_slug_free(changes["slug"], exclude=tenant)
-    _check_term(changes.get("term_start", tenant.term_start),
-                changes.get("term_end", tenant.term_end))
+    _check_term(
+        changes.get("term_start", tenant.term_start), changes.get("term_end", tenant.term_end)
+    )
     before = {name: getattr(tenant, name) for name in changes}
     for name, value in changes.items():
         setattr(tenant, name, value)
     tenant.save(update_fields=list(changes))
-    record("tenant.update", actor=actor, target=tenant, tenant=tenant,
-           changes={k: [before[k], v] for k, v in changes.items() if before[k] != v})
+    record(
+        "tenant.update",
+        actor=actor,
+        target=tenant,
+        tenant=tenant,
+        changes={k: [before[k], v] for k, v in changes.items() if before[k] != v},
+    )
     return tenant
 
 
@@ -114,21 +134,29 @@ def move_tenant(*, actor: Any, tenant: Tenant, parent: Tenant) -> Tenant:
     parent = Tenant.objects.get(pk=parent.pk)
     if parent.path.startswith(tenant.path):
         raise ValidationError(
-            {"parent": f"{parent.name} is {tenant.name} itself or inside it; "
-                       "a tenant cannot move under its own descendant"}
+            {
+                "parent": f"{parent.name} is {tenant.name} itself or inside it; "
+                "a tenant cannot move under its own descendant"
+            }
         )
     _check_parent(tenant.kind, parent)
     old_path, old_parent = tenant.path, tenant.parent
     new_path = f"{parent.path}{tenant.pk}/"
     subtree = list(Tenant.objects.select_for_update().filter(path__startswith=old_path))
     for node in subtree:
-        node.path = new_path + node.path[len(old_path):]
+        node.path = new_path + node.path[len(old_path) :]
         if node.pk == tenant.pk:
             node.parent = parent
     Tenant.objects.bulk_update(subtree, ["path", "parent"])
     tenant.refresh_from_db()
-    record("tenant.move", actor=actor, target=tenant, tenant=tenant,
-           old_parent=old_parent.slug if old_parent else None, new_parent=parent.slug)
+    record(
+        "tenant.move",
+        actor=actor,
+        target=tenant,
+        tenant=tenant,
+        old_parent=old_parent.slug if old_parent else None,
+        new_parent=parent.slug,
+    )
     return tenant
 
 
@@ -156,8 +184,13 @@ def close_ended_terms(*, actor: Any = None, today: dt.date | None = None) -> lis
     for tenant in ended:
         tenant.is_active = False
         tenant.save(update_fields=["is_active"])
-        record("tenant.term_closed", actor=actor, target=tenant, tenant=tenant,
-               term_end=tenant.term_end)
+        record(
+            "tenant.term_closed",
+            actor=actor,
+            target=tenant,
+            tenant=tenant,
+            term_end=tenant.term_end,
+        )
     return ended
 
 
@@ -168,8 +201,9 @@ def close_ended_terms(*, actor: Any = None, today: dt.date | None = None) -> lis
 def set_membership(*, actor: Any, tenant: Tenant, user: Any, role: str) -> Membership:
     """Give ``user`` the role on ``tenant`` (creating or changing the membership)."""
     if role not in Role.values:
-        raise ValidationError({"role": f"unknown role {role!r}; use one of "
-                                       f"{', '.join(Role.values)}"})
+        raise ValidationError(
+            {"role": f"unknown role {role!r}; use one of {', '.join(Role.values)}"}
+        )
     membership, created = Membership.objects.select_for_update().get_or_create(
         user=user, tenant=tenant, defaults={"role": role}
     )
@@ -179,16 +213,29 @@ def set_membership(*, actor: Any, tenant: Tenant, user: Any, role: str) -> Membe
     if not created:
         membership.role = role
         membership.save(update_fields=["role"])
-    record("membership.set", actor=actor, target=membership, tenant=tenant,
-           user=user.username, role=role, old_role=old)
+    record(
+        "membership.set",
+        actor=actor,
+        target=membership,
+        tenant=tenant,
+        user=user.username,
+        role=role,
+        old_role=old,
+    )
     _forget_access(user)
     return membership
 
 
 @transaction.atomic
 def remove_membership(*, actor: Any, membership: Membership) -> None:
-    record("membership.remove", actor=actor, target=membership, tenant=membership.tenant,
-           user=membership.user.username, role=membership.role)
+    record(
+        "membership.remove",
+        actor=actor,
+        target=membership,
+        tenant=membership.tenant,
+        user=membership.user.username,
+        role=membership.role,
+    )
     _forget_access(membership.user)
     membership.delete()
 
@@ -224,9 +271,14 @@ def set_quota(*, actor: Any, tenant: Tenant, **limits: Any) -> QuotaUpdate:
     quota.save()
     quota.refresh_from_db()
     over = quota_over_use(quota)
-    record("quota.set", actor=actor, target=quota, tenant=tenant,
-           changes={k: [before[k], v] for k, v in limits.items() if before[k] != v},
-           over_use=over)
+    record(
+        "quota.set",
+        actor=actor,
+        target=quota,
+        tenant=tenant,
+        changes={k: [before[k], v] for k, v in limits.items() if before[k] != v},
+        over_use=over,
+    )
     return QuotaUpdate(quota, over)
 
 
@@ -268,25 +320,32 @@ def _levels(quotas: list[Quota], usage: dict[int, MemberUsage]) -> list[quota_ma
     levels = []
     for q in quotas:
         member = usage.get(q.tenant_id)
-        levels.append(quota_math.Level(
-            tenant=q.tenant.name,
-            kind=q.tenant.get_kind_display().lower(),
-            limits={name: getattr(q, name) for name in quota_math.RESOURCES},
-            used={name: getattr(q, f"used_{name}") for name in quota_math.RESOURCES},
-            gpu_hours_limit=q.gpu_hours_per_term,
-            gpu_hours_used=q.used_gpu_hours,
-            member_limits={name: getattr(q, name) for name in quota_math.MEMBER_RESOURCES},
-            member_used={
-                "gpus": member.used_gpus, "environments": member.used_environments,
-                "jobs": member.used_jobs,
-            } if member else {},
-            member_gpu_hours_limit=q.member_gpu_hours_per_term,
-            member_gpu_hours_used=member.used_gpu_hours if member else 0,
-        ))
+        levels.append(
+            quota_math.Level(
+                tenant=q.tenant.name,
+                kind=q.tenant.get_kind_display().lower(),
+                limits={name: getattr(q, name) for name in quota_math.RESOURCES},
+                used={name: getattr(q, f"used_{name}") for name in quota_math.RESOURCES},
+                gpu_hours_limit=q.gpu_hours_per_term,
+                gpu_hours_used=q.used_gpu_hours,
+                member_limits={name: getattr(q, name) for name in quota_math.MEMBER_RESOURCES},
+                member_used={
+                    "gpus": member.used_gpus,
+                    "environments": member.used_environments,
+                    "jobs": member.used_jobs,
+                }
+                if member
+                else {},
+                member_gpu_hours_limit=q.member_gpu_hours_per_term,
+                member_gpu_hours_used=member.used_gpu_hours if member else 0,
+            )
+        )
     return levels
 
 
-def check_quota(*, tenant: Tenant, user: Any, request: quota_math.Request) -> quota_math.Refusal | None:
+def check_quota(
+    *, tenant: Tenant, user: Any, request: quota_math.Request
+) -> quota_math.Refusal | None:
     """Would ``request`` fit now? (No locks: for showing, not for admitting.)"""
     quotas, usage = _chain(tenant, user, lock=False)
     return quota_math.check(request, _levels(quotas, usage))
@@ -314,8 +373,9 @@ def release(*, tenant: Tenant, user: Any, request: quota_math.Request) -> None:
         _apply(quotas, usage, request, sign=-1)
 
 
-def _apply(quotas: Iterable[Quota], usage: dict[int, MemberUsage],
-           request: quota_math.Request, sign: int) -> None:
+def _apply(
+    quotas: Iterable[Quota], usage: dict[int, MemberUsage], request: quota_math.Request, sign: int
+) -> None:
     quota_ids = [q.pk for q in quotas]
     # F() updates: the counters change in the database, never from stale Python values.
     Quota.objects.filter(pk__in=quota_ids).update(
@@ -362,25 +422,38 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
     classes = {t.slug: t for t in Tenant.objects.filter(slug__in=slugs)}
     for row in rows:
         tenant = classes.get(row.class_slug)
-        if tenant is None or not access.can_view(tenant) or tenant.kind not in (
-            TenantKind.CLASS, TenantKind.PROJECT
+        if (
+            tenant is None
+            or not access.can_view(tenant)
+            or tenant.kind not in (TenantKind.CLASS, TenantKind.PROJECT)
         ):
-            errors.append(roster.RowError(row.line, "class",
-                                          f"no class {row.class_slug!r} that you manage"))
+            errors.append(
+                roster.RowError(row.line, "class", f"no class {row.class_slug!r} that you manage")
+            )
         elif not access.can_manage(tenant):
-            errors.append(roster.RowError(row.line, "class",
-                                          f"you do not manage class {row.class_slug!r}"))
+            errors.append(
+                roster.RowError(row.line, "class", f"you do not manage class {row.class_slug!r}")
+            )
         elif not access.can_assign_role(tenant, row.role):
-            errors.append(roster.RowError(row.line, "role",
-                                          f"you cannot make people {row.role} of this class"))
-    existing = {u.username: u for u in User.objects.filter(
-        username__in={row.student_number for row in rows})}
+            errors.append(
+                roster.RowError(
+                    row.line, "role", f"you cannot make people {row.role} of this class"
+                )
+            )
+    existing = {
+        u.username: u
+        for u in User.objects.filter(username__in={row.student_number for row in rows})
+    }
     for row in rows:
         user = existing.get(row.student_number)
         if user is not None and user.email and user.email.lower() != row.email:
-            errors.append(roster.RowError(
-                row.line, "email",
-                f"{row.student_number} already exists with another email address"))
+            errors.append(
+                roster.RowError(
+                    row.line,
+                    "email",
+                    f"{row.student_number} already exists with another email address",
+                )
+            )
     if errors:
         raise RosterRejected(sorted(errors, key=lambda e: (e.line, e.column)))
 
@@ -392,15 +465,22 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
                 try:
                     with transaction.atomic():
                         user = User.objects.create_user(
-                            username=row.student_number, email=row.email,
-                            student_number=row.student_number, display_name=row.name,
+                            username=row.student_number,
+                            email=row.email,
+                            student_number=row.student_number,
+                            display_name=row.name,
                         )
                 except IntegrityError:  # imported concurrently by someone else
                     user = User.objects.get(username=row.student_number)
                 else:
                     result.created_users.append(user.username)
-                    record("user.create", actor=actor, target=user,
-                           tenant=classes[row.class_slug], source="roster")
+                    record(
+                        "user.create",
+                        actor=actor,
+                        target=user,
+                        tenant=classes[row.class_slug],
+                        source="roster",
+                    )
                 existing[user.username] = user
             tenant = classes[row.class_slug]
             current = Membership.objects.filter(user=user, tenant=tenant).first()
@@ -434,8 +514,11 @@ def create_api_token(
         raise ValidationError({"expires_at": "must be in the future"})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
-        user=actor, name=name[:100], prefix=secret[: len(TOKEN_PREFIX) + 6],
-        digest=hash_token(secret), expires_at=expires_at,
+        user=actor,
+        name=name[:100],
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        digest=hash_token(secret),
+        expires_at=expires_at,
     )
     record("token.create", actor=actor, target=token, name=token.name)
     return token, secret

@@ -8,8 +8,11 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
-    path("account/password/done/", auth_views.PasswordChangeDoneView.as_view(),
-         name="password_change_done"),
+    path(
+        "account/password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("account/tokens/", views.tokens, name="tokens"),
     path("account/tokens/<int:pk>/revoke/", views.revoke_token, name="revoke-token"),
     path("roster/import/", views.roster_import, name="roster-import"),

@@ -26,13 +26,18 @@ def home(request: HttpRequest) -> HttpResponse:
     access = Access.of(request.user)
     managed = (
         Tenant.objects.filter(access.managed_tenants()).select_related("quota")
-        if access.manages_anything() else Tenant.objects.none()
+        if access.manages_anything()
+        else Tenant.objects.none()
     )
-    return render(request, "tenants/home.html", {
-        "memberships": memberships,
-        "managed": managed,
-        "can_import": access.manages_anything(),
-    })
+    return render(
+        request,
+        "tenants/home.html",
+        {
+            "memberships": memberships,
+            "managed": managed,
+            "can_import": access.manages_anything(),
+        },
+    )
 
 
 @login_required
@@ -47,11 +52,15 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 form.add_error(field if field in form.fields else None, errors)
         else:
             form = ApiTokenForm()
-    return render(request, "tenants/tokens.html", {
-        "form": form,
-        "new_secret": new_secret,
-        "tokens": ApiToken.objects.filter(user=request.user),
-    })
+    return render(
+        request,
+        "tenants/tokens.html",
+        {
+            "form": form,
+            "new_secret": new_secret,
+            "tokens": ApiToken.objects.filter(user=request.user),
+        },
+    )
 
 
 @login_required
@@ -71,10 +80,13 @@ def roster_import(request: HttpRequest) -> HttpResponse:
     result = row_errors = None
     if request.method == "POST" and form.is_valid():
         try:
-            result = services.import_roster(actor=request.user, data=form.cleaned_data["file"].read())
+            result = services.import_roster(
+                actor=request.user, data=form.cleaned_data["file"].read()
+            )
         except roster.RosterError as exc:
             form.add_error("file", str(exc))
         except services.RosterRejected as exc:
             row_errors = exc.errors
-    return render(request, "tenants/roster.html",
-                  {"form": form, "result": result, "row_errors": row_errors})
+    return render(
+        request, "tenants/roster.html", {"form": form, "result": result, "row_errors": row_errors}
+    )

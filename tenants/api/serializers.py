@@ -17,8 +17,16 @@ User = get_user_model()
 class UserSerializer(serializers.ModelSerializer):
     class Meta:
         model = User
-        fields = ["id", "username", "display_name", "email", "student_number", "language",
-                  "time_zone", "is_superuser"]
+        fields = [
+            "id",
+            "username",
+            "display_name",
+            "email",
+            "student_number",
+            "language",
+            "time_zone",
+            "is_superuser",
+        ]
         read_only_fields = fields
 
 
@@ -30,8 +38,19 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["id", "kind", "name", "slug", "parent", "path", "term_start", "term_end",
-                  "is_active", "created_at", "my_role"]
+        fields = [
+            "id",
+            "kind",
+            "name",
+            "slug",
+            "parent",
+            "path",
+            "term_start",
+            "term_end",
+            "is_active",
+            "created_at",
+            "my_role",
+        ]
         read_only_fields = ["id", "path", "created_at", "my_role"]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
@@ -73,16 +92,38 @@ class QuotaSerializer(serializers.ModelSerializer):
         model = Quota
         fields = [
             "tenant",
-            "gpus", "gpu_memory_mib", "cpu_cores", "memory_mib", "environments", "jobs",
-            "gpu_hours_per_term", "member_gpus", "member_environments", "member_jobs",
+            "gpus",
+            "gpu_memory_mib",
+            "cpu_cores",
+            "memory_mib",
+            "environments",
+            "jobs",
+            "gpu_hours_per_term",
+            "member_gpus",
+            "member_environments",
+            "member_jobs",
             "member_gpu_hours_per_term",
-            "used_gpus", "used_gpu_memory_mib", "used_cpu_cores", "used_memory_mib",
-            "used_environments", "used_jobs", "used_gpu_hours",
-            "over_use", "updated_at",
+            "used_gpus",
+            "used_gpu_memory_mib",
+            "used_cpu_cores",
+            "used_memory_mib",
+            "used_environments",
+            "used_jobs",
+            "used_gpu_hours",
+            "over_use",
+            "updated_at",
         ]
         read_only_fields = [
-            "tenant", "used_gpus", "used_gpu_memory_mib", "used_cpu_cores", "used_memory_mib",
-            "used_environments", "used_jobs", "used_gpu_hours", "over_use", "updated_at",
+            "tenant",
+            "used_gpus",
+            "used_gpu_memory_mib",
+            "used_cpu_cores",
+            "used_memory_mib",
+            "used_environments",
+            "used_jobs",
+            "used_gpu_hours",
+            "over_use",
+            "updated_at",
         ]
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -93,8 +134,7 @@ class QuotaSerializer(serializers.ModelSerializer):
 class ApiTokenSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at", "expires_at",
-                  "revoked_at"]
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at"]
         read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
 
 

@@ -49,6 +49,7 @@ class TenantFilter(filters.FilterSet):
 class TenantViewSet(viewsets.ModelViewSet):
     """The tenant tree. Admins change their subtree; everyone sees where they belong."""
 
+    queryset = Tenant.objects.none()  # for the schema; requests use get_queryset
     serializer_class = s.TenantSerializer
     lookup_field = "slug"
     filterset_class = TenantFilter
@@ -101,8 +102,7 @@ class TenantViewSet(viewsets.ModelViewSet):
         return Response(self.get_serializer(tenant).data)
 
     @extend_schema(methods=["GET"], responses=s.QuotaSerializer)
-    @extend_schema(methods=["PUT", "PATCH"], request=s.QuotaSerializer,
-                   responses=s.QuotaSerializer)
+    @extend_schema(methods=["PUT", "PATCH"], request=s.QuotaSerializer, responses=s.QuotaSerializer)
     @action(detail=True, methods=["get", "put", "patch"])
     def quota(self, request: Request, slug: str) -> Response:
         """Limits and current use. ``over_use`` lists limits set below what is in use."""
@@ -137,6 +137,7 @@ class MembershipFilter(filters.FilterSet):
 class MembershipViewSet(viewsets.ModelViewSet):
     """Who has which role where. Managers see their subtree's members; everyone sees their own."""
 
+    queryset = Membership.objects.none()  # for the schema; requests use get_queryset
     serializer_class = s.MembershipSerializer
     filterset_class = MembershipFilter
     ordering_fields = ["created_at", "role"]
@@ -164,21 +165,28 @@ class MembershipViewSet(viewsets.ModelViewSet):
         data = serializer.validated_data
         self._check(data["tenant"], data["role"])
         if Membership.objects.filter(user=data["user"], tenant=data["tenant"]).exists():
-            raise ValidationError({"user": f"{data['user'].username} is already a member; "
-                                           "change the role of that membership"})
+            raise ValidationError(
+                {
+                    "user": f"{data['user'].username} is already a member; "
+                    "change the role of that membership"
+                }
+            )
         serializer.instance = services.set_membership(actor=self.request.user, **data)
 
     def perform_update(self, serializer: s.MembershipSerializer) -> None:
         membership = serializer.instance
         data = serializer.validated_data
-        if data.get("tenant", membership.tenant) != membership.tenant or data.get(
-            "user", membership.user
-        ) != membership.user:
+        if (
+            data.get("tenant", membership.tenant) != membership.tenant
+            or data.get("user", membership.user) != membership.user
+        ):
             raise ValidationError({"tenant": "only the role of a membership can change"})
         self._check(membership.tenant, membership.role)
         self._check(membership.tenant, data.get("role", membership.role))
         serializer.instance = services.set_membership(
-            actor=self.request.user, tenant=membership.tenant, user=membership.user,
+            actor=self.request.user,
+            tenant=membership.tenant,
+            user=membership.user,
             role=data.get("role", membership.role),
         )
 
@@ -196,8 +204,10 @@ class RosterImportView(APIView):
         request=s.RosterUploadSerializer,
         responses={
             200: s.RosterResultSerializer,
-            400: OpenApiResponse(s.RowErrorSerializer(many=True),
-                                 description="The rows' problems; nothing was imported."),
+            400: OpenApiResponse(
+                s.RowErrorSerializer(many=True),
+                description="The rows' problems; nothing was imported.",
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -207,7 +217,9 @@ class RosterImportView(APIView):
         body = s.RosterUploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            result = services.import_roster(actor=request.user, data=body.validated_data["file"].read())
+            result = services.import_roster(
+                actor=request.user, data=body.validated_data["file"].read()
+            )
         except roster.RosterError as exc:
             return Response({"file": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
         except services.RosterRejected as exc:
@@ -221,6 +233,7 @@ class RosterImportView(APIView):
 class UserViewSet(viewsets.ReadOnlyModelViewSet):
     """People: yourself, and the members of the tenants you manage."""
 
+    queryset = User.objects.none()  # for the schema; requests use get_queryset
     serializer_class = s.UserSerializer
     filterset_fields = ["username", "student_number"]
     ordering_fields = ["username", "date_joined"]
@@ -230,8 +243,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
         users = User.objects.all()
         if me.is_superuser:
             return users.order_by("username")
-        managed = me.tenant_filter(prefix="memberships__tenant__",
-                                   roles=MANAGING_ROLES)
+        managed = me.tenant_filter(prefix="memberships__tenant__", roles=MANAGING_ROLES)
         return users.filter(managed | Q(pk=self.request.user.pk)).distinct().order_by("username")
 
     @action(detail=False)
@@ -239,10 +251,12 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(self.get_serializer(request.user).data)
 
 
-class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin,
-                      viewsets.ReadOnlyModelViewSet):
+class ApiTokenViewSet(
+    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+):
     """Your personal API tokens. The secret is shown once, at creation; DELETE revokes."""
 
+    queryset = ApiToken.objects.none()  # for the schema; requests use get_queryset
     serializer_class = s.ApiTokenSerializer
 
     def get_queryset(self) -> QuerySet[ApiToken]:
@@ -258,4 +272,3 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin,
 
     def perform_destroy(self, instance: ApiToken) -> None:
         services.revoke_api_token(actor=self.request.user, token=instance)
-

@@ -32,14 +32,32 @@ QUOTAS: dict[str, dict[str, Any]] = {
     "quanta-u": {"gpus": Decimal(16), "cpu_cores": Decimal(256), "memory_mib": 1024 * 1024},
     "cs": {"gpus": Decimal(10), "gpu_hours_per_term": Decimal(5000)},
     "ee": {"gpus": Decimal(6), "gpu_hours_per_term": Decimal(2000)},
-    "ml-101": {"gpus": Decimal(4), "environments": 12, "jobs": 8, "member_gpus": Decimal(1),
-               "member_environments": 1, "member_jobs": 2,
-               "member_gpu_hours_per_term": Decimal(40)},
-    "dl-201": {"gpus": Decimal(6), "environments": 10, "jobs": 10, "member_gpus": Decimal(2),
-               "member_environments": 1, "member_jobs": 2,
-               "member_gpu_hours_per_term": Decimal(80)},
-    "sp-210": {"gpus": Decimal(3), "environments": 8, "jobs": 4, "member_gpus": Decimal("0.5"),
-               "member_environments": 1, "member_jobs": 1},
+    "ml-101": {
+        "gpus": Decimal(4),
+        "environments": 12,
+        "jobs": 8,
+        "member_gpus": Decimal(1),
+        "member_environments": 1,
+        "member_jobs": 2,
+        "member_gpu_hours_per_term": Decimal(40),
+    },
+    "dl-201": {
+        "gpus": Decimal(6),
+        "environments": 10,
+        "jobs": 10,
+        "member_gpus": Decimal(2),
+        "member_environments": 1,
+        "member_jobs": 2,
+        "member_gpu_hours_per_term": Decimal(80),
+    },
+    "sp-210": {
+        "gpus": Decimal(3),
+        "environments": 8,
+        "jobs": 4,
+        "member_gpus": Decimal("0.5"),
+        "member_environments": 1,
+        "member_jobs": 1,
+    },
 }
 
 
@@ -47,15 +65,17 @@ class Command(BaseCommand):
     help = "Create the demo university, classes and users (idempotent) and print the logins."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000/",
-                            help="the address to print for signing in")
+        parser.add_argument(
+            "--url", default="http://127.0.0.1:8000/", help="the address to print for signing in"
+        )
 
     def handle(self, *args: Any, url: str, **options: Any) -> None:
         password, generated = self._password()
         with transaction.atomic():
             created = self._seed(make_password(password))
-        self.stdout.write(self.style.SUCCESS(
-            f"Demo data {'created' if created else 'already present'}."))
+        self.stdout.write(
+            self.style.SUCCESS(f"Demo data {'created' if created else 'already present'}.")
+        )
         self.stdout.write("")
         self.stdout.write(f"  Quanta is at {url}")
         self.stdout.write("  Sign in as admin, teacher1, teacher2 or student1 … student30")
@@ -78,14 +98,17 @@ class Command(BaseCommand):
         return password, True
 
     def _seed(self, password_hash: str) -> bool:
-        if Tenant.objects.filter(slug="quanta-u").exists() and User.objects.filter(
-            username="student30"
-        ).exists():
+        if (
+            Tenant.objects.filter(slug="quanta-u").exists()
+            and User.objects.filter(username="student30").exists()
+        ):
             return False
         admin = self._user("admin", "Ada Admin", password_hash, superuser=True)
         today = timezone.localdate()
-        term = {"term_start": today - dt.timedelta(days=60),
-                "term_end": today + dt.timedelta(days=60)}
+        term = {
+            "term_start": today - dt.timedelta(days=60),
+            "term_end": today + dt.timedelta(days=60),
+        }
         university = self._tenant(admin, TenantKind.ORGANISATION, "quanta-u", "Quanta University")
         departments = {
             slug: self._tenant(admin, TenantKind.DEPARTMENT, slug, name, university)
@@ -98,30 +121,47 @@ class Command(BaseCommand):
         }
         for slug, name, dept, teacher, numbers in CLASSES:
             klass = self._tenant(admin, TenantKind.CLASS, slug, name, departments[dept], **term)
-            services.set_membership(actor=admin, tenant=klass, user=teachers[teacher],
-                                    role=Role.TEACHER)
+            services.set_membership(
+                actor=admin, tenant=klass, user=teachers[teacher], role=Role.TEACHER
+            )
             for n in numbers:
-                student = self._user(f"student{n}", f"Student {n}", password_hash,
-                                     student_number=f"s{2026000 + n}")
+                student = self._user(
+                    f"student{n}", f"Student {n}", password_hash, student_number=f"s{2026000 + n}"
+                )
                 if not Membership.objects.filter(user=student, tenant=klass).exists():
-                    services.set_membership(actor=admin, tenant=klass, user=student,
-                                            role=Role.STUDENT)
+                    services.set_membership(
+                        actor=admin, tenant=klass, user=student, role=Role.STUDENT
+                    )
         for slug, limits in QUOTAS.items():
             services.set_quota(actor=admin, tenant=Tenant.objects.get(slug=slug), **limits)
         return True
 
-    def _user(self, username: str, name: str, password_hash: str, *, superuser: bool = False,
-              student_number: str = "") -> Any:
-        user, created = User.objects.get_or_create(
+    def _user(
+        self,
+        username: str,
+        name: str,
+        password_hash: str,
+        *,
+        superuser: bool = False,
+        student_number: str = "",
+    ) -> Any:
+        user, _created = User.objects.get_or_create(
             username=username,
-            defaults={"display_name": name, "email": f"{username}@quanta-u.example",
-                      "student_number": student_number, "is_superuser": superuser,
-                      "is_staff": superuser, "password": password_hash},
+            defaults={
+                "display_name": name,
+                "email": f"{username}@quanta-u.example",
+                "student_number": student_number,
+                "is_superuser": superuser,
+                "is_staff": superuser,
+                "password": password_hash,
+            },
         )
         return user
 
-    def _tenant(self, actor: Any, kind: str, slug: str, name: str, parent: Tenant | None = None,
-                **term: Any) -> Tenant:
+    def _tenant(
+        self, actor: Any, kind: str, slug: str, name: str, parent: Tenant | None = None, **term: Any
+    ) -> Tenant:
         existing = Tenant.objects.filter(slug=slug).first()
-        return existing or services.create_tenant(actor=actor, kind=kind, name=name, slug=slug,
-                                                  parent=parent, **term)
+        return existing or services.create_tenant(
+            actor=actor, kind=kind, name=name, slug=slug, parent=parent, **term
+        )
