@@ -191,7 +191,9 @@ if OIDC_ENABLED:
     if OIDC_RP_SIGN_ALGO != "HS256" and not OIDC_OP_JWKS_ENDPOINT:
         raise ConfigError("OIDC_OP_JWKS_ENDPOINT", f"is required for {OIDC_RP_SIGN_ALGO}")
     AUTHENTICATION_BACKENDS.insert(0, "tenants.auth.CampusOIDCBackend")
+OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)  # seconds; a hung IdP must not hang us
 OIDC_CREATE_USER = True
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
 OIDC_STORE_ID_TOKEN = False
 
 # --- REST API -----------------------------------------------------------------------------

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import jwt
+import requests
 from django.conf import settings
+from django.core.exceptions import SuspiciousOperation
 from django.db.models import Q
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -42,9 +46,36 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
         return 'Bearer realm="api"'
 
 
+logger = logging.getLogger(__name__)
+
+
 class CampusOIDCBackend(OIDCAuthenticationBackend):
     """Campus single sign-on. Users are matched by username (``OIDC_USERNAME_CLAIM``), not by
-    email: campus emails get recycled and aliased, student numbers do not."""
+    email: campus emails get recycled and aliased, student numbers do not.
+
+    On top of mozilla-django-oidc's checks (signature, nonce, state) this checks the ID
+    token's audience, refuses expired tokens cleanly, never signs into a superuser or an account that has a local
+    password (a claim value must not take over ``admin``), and turns an unreachable or
+    refusing IdP into a failed sign-in rather than a server error.
+    """
+
+    def authenticate(self, request: Any, **kwargs: Any) -> Any:
+        try:
+            return super().authenticate(request, **kwargs)
+        except requests.RequestException as exc:
+            logger.warning("campus sign-in failed: the identity provider answered %s", exc)
+            return None
+
+    def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            payload: dict[str, Any] = super().verify_token(token, **kwargs)
+        except jwt.InvalidTokenError as exc:  # expired, not yet valid, malformed: PyJWT's word
+            raise SuspiciousOperation(f"ID token refused: {exc}") from exc
+        audience = payload.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if self.OIDC_RP_CLIENT_ID not in audiences:
+            raise SuspiciousOperation("ID token was issued for another client (aud)")
+        return payload
 
     def _username(self, claims: dict[str, Any]) -> str:
         return str(claims.get(settings.OIDC_USERNAME_CLAIM, "")).strip().lower()
@@ -62,6 +93,10 @@ class CampusOIDCBackend(OIDCAuthenticationBackend):
         return self.update_user(user, claims)
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
+        if user.is_superuser or user.has_usable_password():
+            raise SuspiciousOperation(
+                f"campus sign-in refused for {user.username}: it is a local account"
+            )
         user.email = claims.get("email", user.email) or user.email
         user.display_name = claims.get("name", user.display_name) or user.display_name
         claim = settings.OIDC_STUDENT_NUMBER_CLAIM

@@ -66,6 +66,8 @@ class CampusProvider:
         with self._lock:
             self.person: dict[str, Any] = dict(ADA)  # who signs in at the provider next
             self.signing_key = self.key
+            self.audience = CLIENT_ID
+            self.lifetime = 300
             self.codes: dict[str, dict[str, Any]] = {}
             self.access_tokens: dict[str, dict[str, Any]] = {}
             self.token_calls = 0
@@ -121,9 +123,9 @@ class CampusProvider:
             {
                 "iss": self.url,
                 "sub": claims.get("sub", ""),
-                "aud": CLIENT_ID,
+                "aud": self.audience,
                 "iat": now,
-                "exp": now + 300,
+                "exp": now + self.lifetime,
                 "nonce": grant["nonce"],
             },
             self.signing_key,
@@ -223,7 +225,7 @@ def campus(
     settings.OIDC_OP_JWKS_ENDPOINT = f"{provider.url}/jwks"
     settings.OIDC_USERNAME_CLAIM = "preferred_username"
     settings.OIDC_STUDENT_NUMBER_CLAIM = "student_id"
-    settings.OIDC_TIMEOUT = 5  # not in portal/settings.py; mozilla-django-oidc defaults to None
+    settings.OIDC_TIMEOUT = 5
     settings.AUTHENTICATION_BACKENDS = [
         "tenants.auth.CampusOIDCBackend",
         *(b for b in settings.AUTHENTICATION_BACKENDS if b != "tenants.auth.CampusOIDCBackend"),
@@ -428,7 +430,7 @@ def test_claims_without_a_username_are_refused(
     response = sign_in(client, campus)
 
     assert response.status_code == 302
-    assert response["Location"] == "/"  # LOGIN_REDIRECT_URL_FAILURE, library default
+    assert response["Location"] == "/login/"  # LOGIN_REDIRECT_URL_FAILURE
     assert "Claims verification failed" in caplog.text
     assert campus.userinfo_calls == 1
     assert "_auth_user_id" not in client.session
@@ -452,3 +454,57 @@ def test_the_login_page_offers_campus_sign_in_only_when_oidc_is_enabled(
     assert 'href="/oidc/authenticate/?next=/account/tokens/"' in with_oidc
     assert "Sign in with Campus ID" in with_oidc
     assert 'name="password"' in with_oidc  # local accounts still work
+
+
+@pytest.mark.django_db
+def test_an_id_token_issued_for_another_client_is_refused(
+    client: Client, campus: CampusProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    campus.audience = "some-other-app"
+
+    response = sign_in(client, campus)
+
+    assert response.status_code == 400
+    assert "issued for another client" in caplog.text
+    assert who_am_i(client).status_code == 401
+    assert not User.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_expired_id_token_is_refused(
+    client: Client, campus: CampusProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    campus.lifetime = -3600
+
+    response = sign_in(client, campus)
+
+    assert response.status_code == 400
+    assert "expired" in caplog.text
+    assert not User.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_claim_cannot_take_over_a_local_account(
+    client: Client, campus: CampusProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    User.objects.create_user(username="admin", password="local-secret", is_superuser=True)
+    campus.person["preferred_username"] = "admin"
+
+    response = sign_in(client, campus)
+
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    assert "it is a local account" in caplog.text
+    assert who_am_i(client).status_code == 401
+
+
+@pytest.mark.django_db
+def test_an_identity_provider_that_refuses_the_client_gives_a_failed_sign_in_not_an_error(
+    client: Client, campus: CampusProvider, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.OIDC_RP_CLIENT_SECRET = "a-rotated-secret"
+
+    response = sign_in(client, campus)
+
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    assert "identity provider answered" in caplog.text
+    assert who_am_i(client).status_code == 401
