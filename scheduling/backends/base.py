@@ -1,0 +1,165 @@
+"""The contract every cluster backend implements.
+
+Plain dataclasses in and out, no Django: a backend can be tested, and reasoned about, without
+a database. The portal keeps ``Handle.state`` as JSON on the workload row, so a restarted
+portal re-attaches to what is running. Every call is idempotent: submitting the same
+workload (and attempt) twice starts it once, stopping a stopped workload does nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class Phase(StrEnum):
+    """What a backend says about one workload. The portal maps it onto its lifecycle."""
+
+    PENDING = "pending"  # accepted, not started yet (e.g. waiting for the cluster's scheduler)
+    STARTING = "starting"  # processes / pods exist but are not serving or running yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # stopped on request
+    UNKNOWN = "unknown"  # the backend knows nothing of it (never submitted, or lost)
+
+
+TERMINAL_PHASES = (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each task (worker) of a workload needs."""
+
+    cpu_milli: int = 1000
+    memory_mib: int = 1024
+    gpus: int = 0  # whole devices
+    gpu_milli: int = 0  # a share of one device, 1..999 (0: none or whole devices)
+    gpu_memory_mib: int = 0  # with gpu_milli: the device memory the share may use
+    gpu_models: tuple[str, ...] = ()  # allowed models; empty: any
+
+
+@dataclass(frozen=True)
+class TaskPlacement:
+    """Where one task runs, as decided by the portal's scheduler (local and simulated)."""
+
+    node: str
+    gpu_indices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    workload_id: str  # a UUID; every name the backend makes derives from it
+    kind: str  # "notebook", "job" or "serving"
+    app: str  # template kind: "jupyter", "terminal", "vscode", …; "command" for jobs
+    owner: str  # username
+    command: tuple[str, ...] = ()  # jobs: argv of each task; notebooks: empty
+    env: Mapping[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    workers: int = 1  # gang size: all tasks start together or none do
+    max_retries: int = 0  # a job is restarted whole at most this often after a failure
+    attempt: int = 0  # submit is idempotent per (workload_id, attempt)
+    image: str = ""  # container image (kubernetes); the local backend runs on the host
+    base_url: str = ""  # path prefix the portal proxies (notebooks), e.g. "/nb/<id>/"
+    working_dir: str = ""  # the owner's persistent directory
+    placement: tuple[TaskPlacement, ...] = ()  # one per task; empty where the cluster places
+    queue: str = ""  # scheduler queue (kubernetes)
+    priority: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Handle:
+    """What the portal keeps to find a workload again: JSON-serialisable ``state``."""
+
+    workload_id: str
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observation:
+    workload_id: str
+    phase: Phase
+    reason: str = ""  # in plain words: "exit code 1 on worker 2", "ImagePullBackOff: …"
+    exit_code: int | None = None
+    last_activity: dt.datetime | None = None  # notebooks: last kernel / terminal activity
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How the portal's proxy reaches a notebook. ``headers`` carry its credentials and are
+    added upstream only: they never reach the browser."""
+
+    url: str  # e.g. "http://127.0.0.1:41234/nb/<id>/"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    model: str
+    memory_mib: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuInfo, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    text: str
+    next_offset: int  # pass back as ``offset`` to read on
+    tasks: int  # how many tasks have logs
+
+
+class BackendError(Exception):
+    """A call failed. ``transient`` errors are retried; others fail the workload with
+    ``str(error)`` as the reason."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class Backend(Protocol):
+    kind: str
+
+    def submit(self, spec: WorkloadSpec) -> Handle:
+        """Start the workload (all tasks, or none). Idempotent by (workload_id, attempt)."""
+        ...
+
+    def stop(self, handle: Handle) -> None:
+        """Stop every task. Idempotent; returns once the stop is under way."""
+        ...
+
+    def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
+        """The current phase of each workload, by workload id."""
+        ...
+
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """Where a notebook serves, once it does."""
+        ...
+
+    def logs(self, handle: Handle, task: int = 0, offset: int = 0,
+             limit: int = 65536) -> LogChunk:
+        """A task's output from ``offset`` on."""
+        ...
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """The nodes and GPUs this backend can run on."""
+        ...
+
+    def running(self) -> set[str]:
+        """Ids of the workloads this backend has alive now (to find orphans after a crash)."""
+        ...
