@@ -1,0 +1,22 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class BackendKind(models.TextChoices):
+    LOCAL = "local", _("Local (this host)")
+    KUBERNETES = "kubernetes", _("Kubernetes + Volcano")
+    SIMULATED = "simulated", _("Simulated")
+
+
+class PlacementPolicy(models.TextChoices):
+    BINPACK = "binpack", _("Bin-pack (fill nodes up)")
+    SPREAD = "spread", _("Spread (least allocated)")
+    BESTFIT = "bestfit", _("Best fit")
+    RANDOM = "random", _("Random")
+    FGD = "fgd", _("Fragmentation-aware (FGD)")
+
+
+class GpuSharing(models.TextChoices):
+    EXCLUSIVE = "exclusive", _("Whole devices only")
+    FRACTIONAL = "fractional", _("Fractions by memory and compute share")
+    MIG = "mig", _("MIG profiles")

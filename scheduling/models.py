@@ -1,0 +1,107 @@
+"""Clusters and their inventory (nodes, GPU devices) and what is allocated on them."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from scheduling.choices import BackendKind, GpuSharing, PlacementPolicy
+
+
+class Cluster(models.Model):
+    """Where workloads run: a backend kind and its configuration."""
+
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=64, unique=True)
+    backend = models.CharField(max_length=16, choices=BackendKind.choices)
+    config = models.JSONField(default=dict, blank=True)
+    placement_policy = models.CharField(
+        max_length=16, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK
+    )
+    is_default = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"], condition=Q(is_default=True), name="one_default_cluster"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (simulated)" if self.is_simulated else self.name
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.backend == BackendKind.SIMULATED
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    cordoned = models.BooleanField(default=False)
+    gone_at = models.DateTimeField(null=True, blank=True)  # no longer reported by the backend
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="one_node_name_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuDevice(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    model = models.CharField(max_length=64)
+    memory_mib = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    sharing = models.CharField(
+        max_length=16, choices=GpuSharing.choices, default=GpuSharing.FRACTIONAL
+    )
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="one_gpu_index_per_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index} ({self.model})"
+
+
+class Allocation(models.Model):
+    """Resources one task of a workload holds on a node (and, with a GPU, on one device).
+
+    Written in the admission transaction while the cluster's node rows are locked, deleted
+    when the workload ends: the sum of a node's allocations is what is in use on it.
+    """
+
+    workload = models.ForeignKey(
+        "workloads.Workload", on_delete=models.CASCADE, related_name="allocations"
+    )
+    task = models.PositiveSmallIntegerField(default=0)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="allocations")
+    device = models.ForeignKey(
+        GpuDevice, null=True, blank=True, on_delete=models.CASCADE, related_name="allocations"
+    )
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
+    gpu_milli = models.PositiveIntegerField(default=0)  # 1000: the whole device
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["workload", "task"]
+
+    def __str__(self) -> str:
+        where = f"{self.device}" if self.device else self.node.name
+        return f"{self.workload_id} task {self.task} on {where}"

@@ -1,0 +1,50 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class AppKind(models.TextChoices):
+    JUPYTER = "jupyter", _("JupyterLab")
+    VSCODE = "vscode", _("VS Code")
+    PYCHARM = "pycharm-desktop", _("PyCharm (desktop)")
+    TENSORBOARD = "tensorboard", _("TensorBoard")
+    TERMINAL = "terminal", _("Terminal")
+
+
+class WorkloadKind(models.TextChoices):
+    NOTEBOOK = "notebook", _("Environment")
+    JOB = "job", _("Training job")
+    SERVING = "serving", _("Model serving")
+
+
+class State(models.TextChoices):
+    PENDING = "Pending", _("Pending")
+    QUEUED = "Queued", _("Queued")
+    STARTING = "Starting", _("Starting")
+    RUNNING = "Running", _("Running")
+    STOPPING = "Stopping", _("Stopping")
+    SUCCEEDED = "Succeeded", _("Succeeded")
+    FAILED = "Failed", _("Failed")
+    STOPPED = "Stopped", _("Stopped")
+    REJECTED = "Rejected", _("Rejected")
+
+
+# State groups, beside the choices they group.
+WAITING = (State.PENDING, State.QUEUED)
+HOLDING = (State.STARTING, State.RUNNING, State.STOPPING)  # resources allocated
+ACTIVE = WAITING + HOLDING
+TERMINAL = (State.SUCCEEDED, State.FAILED, State.STOPPED, State.REJECTED)
+
+# Allowed moves: target -> the states it may come from. A move from anywhere else is refused,
+# so a duplicate or late message changes nothing.
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    State.QUEUED: (State.PENDING, State.QUEUED),
+    State.STARTING: (State.PENDING, State.QUEUED, State.RUNNING),  # RUNNING: a job's retry
+    State.RUNNING: (State.STARTING,),
+    State.STOPPING: (State.STARTING, State.RUNNING),
+    State.SUCCEEDED: (State.STARTING, State.RUNNING, State.STOPPING),
+    State.FAILED: (State.PENDING, State.QUEUED, State.STARTING, State.RUNNING, State.STOPPING),
+    State.STOPPED: (State.PENDING, State.QUEUED, State.STARTING, State.RUNNING, State.STOPPING),
+    State.REJECTED: (State.PENDING, State.QUEUED),
+}
+
+WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]

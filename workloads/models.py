@@ -1,0 +1,214 @@
+"""The catalog (images, flavors, app templates, grants) and workloads with their events."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from workloads.choices import ACTIVE, AppKind, State, WorkloadKind
+
+
+class Image(models.Model):
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=64, unique=True)
+    framework = models.CharField(max_length=50, blank=True)  # "PyTorch"
+    framework_version = models.CharField(max_length=30, blank=True)  # "2.13"
+    tools = models.JSONField(default=list, blank=True)  # ["jupyterlab", "tensorboard"]
+    registry_ref = models.CharField(
+        max_length=255, blank=True, help_text="Image reference used on Kubernetes."
+    )
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Flavor(models.Model):
+    """A size: CPU, memory and GPUs, either whole devices or a share of one device."""
+
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=64, unique=True)
+    cpu_milli = models.PositiveIntegerField(validators=[MinValueValidator(100)])
+    memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(64)])
+    gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs.")
+    gpu_milli = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(999)],
+        help_text="A share of one GPU's compute in thousandths (500 = half). 0: none.",
+    )
+    gpu_memory_mib = models.PositiveIntegerField(
+        default=0, help_text="With a share: the GPU memory it may use."
+    )
+    gpu_models = models.JSONField(
+        default=list, blank=True, help_text='Allowed GPU models, e.g. ["V100M16", "V100M32"].'
+    )
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["gpus", "gpu_milli", "cpu_milli"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(gpus=0) | models.Q(gpu_milli=0),
+                name="flavor_whole_or_fraction",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def gpu_equivalents(self) -> Decimal:
+        """Whole-GPU equivalents counted against quotas (a half share is 0.5)."""
+        return Decimal(self.gpus) if self.gpus else Decimal(self.gpu_milli) / 1000
+
+    @property
+    def uses_gpu(self) -> bool:
+        return bool(self.gpus or self.gpu_milli)
+
+
+class AppTemplate(models.Model):
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=20, choices=AppKind.choices)
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="templates")
+    default_flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    allowed_flavors = models.ManyToManyField(Flavor, related_name="templates")
+    environment = models.JSONField(default=dict, blank=True)
+    ports = models.JSONField(default=list, blank=True)
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Grant(models.Model):
+    """A template (with some of its flavors) handed to a class or project, with limits."""
+
+    template = models.ForeignKey(AppTemplate, on_delete=models.CASCADE, related_name="grants")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="grants")
+    flavors = models.ManyToManyField(Flavor, related_name="grants")
+    cluster = models.ForeignKey(
+        "scheduling.Cluster", null=True, blank=True, on_delete=models.PROTECT,
+        related_name="grants", help_text="Empty: the default cluster.",
+    )
+    member_limit = models.PositiveSmallIntegerField(
+        default=1, help_text="Environments of this grant one member may run at once."
+    )
+    max_duration_minutes = models.PositiveIntegerField(default=240)
+    idle_timeout_minutes = models.PositiveIntegerField(default=60)
+    max_extensions = models.PositiveSmallIntegerField(default=2)
+    windows = models.JSONField(
+        default=list, blank=True,
+        help_text='Weekly windows, e.g. [{"day": 1, "start": "14:00", "end": "16:00"}] '
+                  "(day 0 = Monday). Empty: any time.",
+    )
+    expires_on = models.DateField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "template"]
+
+    def __str__(self) -> str:
+        return f"{self.template} → {self.tenant}"
+
+
+class Workload(models.Model):
+    """A notebook, job or model server: one row from launch to its end."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=16, choices=WorkloadKind.choices)
+    name = models.CharField(max_length=100)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="workloads"
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="workloads"
+    )
+    cluster = models.ForeignKey(
+        "scheduling.Cluster", on_delete=models.PROTECT, related_name="workloads"
+    )
+    template = models.ForeignKey(
+        AppTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+    )
+    grant = models.ForeignKey(
+        Grant, null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
+    image = models.ForeignKey(
+        Image, null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
+    )
+    command = models.JSONField(default=list, blank=True)  # argv of each task (jobs)
+    env = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveSmallIntegerField(default=1)
+    max_retries = models.PositiveSmallIntegerField(default=0)
+    attempt = models.PositiveSmallIntegerField(default=0)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING,
+                             db_index=True)
+    reason = models.CharField(max_length=500, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    extensions = models.PositiveSmallIntegerField(default=0)
+    idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+
+    # What admission charged to the quota chain, given back exactly when the workload ends.
+    quota_request = models.JSONField(default=dict, blank=True)
+    charged = models.BooleanField(default=False)
+    # The backend's own record (processes, ports, object names): JSON, never shown to users.
+    backend_state = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "state"]), models.Index(fields=["tenant", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def open_path(self) -> str:
+        return f"/nb/{self.id}/"
+
+
+class WorkloadEvent(models.Model):
+    """One transition (or a warning) of a workload, with who and why."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    time = models.DateTimeField(auto_now_add=True, db_index=True)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}: {self.from_state} → {self.to_state}"
