@@ -1,0 +1,50 @@
+"""One backend instance per cluster, built from the cluster's row."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from scheduling.backends.base import Backend, GpuInfo
+
+if TYPE_CHECKING:
+    from scheduling.models import Cluster
+
+_lock = threading.Lock()
+_backends: dict[tuple[int, str, str], Backend] = {}
+
+
+def get_backend(cluster: Cluster) -> Backend:
+    """The backend of ``cluster``, built once per configuration."""
+    import json
+
+    key = (cluster.pk, cluster.backend, json.dumps(cluster.config, sort_keys=True))
+    with _lock:
+        backend = _backends.get(key)
+        if backend is None:
+            backend = _backends[key] = _build(cluster)
+    return backend
+
+
+def _build(cluster: Cluster) -> Backend:
+    config: dict[str, Any] = cluster.config or {}
+    if cluster.backend == "local":
+        from scheduling.backends.local import LocalBackend
+
+        gpus = config.get("gpus")
+        return LocalBackend(
+            settings.DATA_DIR / "workloads" / cluster.slug,
+            node_name=config.get("node_name"),
+            gpus=None if gpus is None else [GpuInfo(**gpu) for gpu in gpus],
+            cpu_milli=config.get("cpu_milli"),
+            memory_mib=config.get("memory_mib"),
+        )
+    raise NotImplementedError(f"the {cluster.backend} backend is not built yet")
+
+
+def forget() -> None:
+    """Drop built backends (tests change configurations)."""
+    with _lock:
+        _backends.clear()
