@@ -19,7 +19,7 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,torch]'
 	touch $@ $(RUN_STAMP)
 
 install: $(RUN_STAMP)
@@ -29,7 +29,7 @@ run: export DEBUG ?= true
 run: $(RUN_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo --url http://127.0.0.1:$(PORT)/
-	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+	$(BIN)/python manage.py serve 127.0.0.1:$(PORT)
 
 # The whole suite: lint, types, tests. CI (.ci/run) calls exactly this with DATABASE_URL and
 # REDIS_URL pointing at real PostgreSQL and Redis. pytest's exit code 5 (no test ran) fails it.

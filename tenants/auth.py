@@ -54,9 +54,9 @@ class CampusOIDCBackend(OIDCAuthenticationBackend):
     email: campus emails get recycled and aliased, student numbers do not.
 
     On top of mozilla-django-oidc's checks (signature, nonce, state) this checks the ID
-    token's audience, refuses expired tokens cleanly, never signs into a superuser or an account that has a local
-    password (a claim value must not take over ``admin``), and turns an unreachable or
-    refusing IdP into a failed sign-in rather than a server error.
+    token's audience, refuses expired tokens cleanly, never signs into a superuser or an
+    account that has a local password (a claim value must not take over ``admin``), and
+    turns an unreachable or refusing IdP into a failed sign-in rather than a server error.
     """
 
     def authenticate(self, request: Any, **kwargs: Any) -> Any:

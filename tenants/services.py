@@ -366,11 +366,20 @@ def reserve(*, tenant: Tenant, user: Any, request: quota_math.Request) -> None:
     _apply(quotas, usage, request, sign=1)
 
 
-def release(*, tenant: Tenant, user: Any, request: quota_math.Request) -> None:
-    """Give back what ``reserve`` charged (a workload ended)."""
+def release(
+    *, tenant: Tenant, user: Any, request: quota_math.Request, gpu_hours: Decimal = Decimal(0)
+) -> None:
+    """Give back what ``reserve`` charged (a workload ended) and add the GPU-hours it used."""
     with transaction.atomic():
         quotas, usage = _chain(tenant, user, lock=True)
         _apply(quotas, usage, request, sign=-1)
+        if gpu_hours:
+            Quota.objects.filter(pk__in=[q.pk for q in quotas]).update(
+                used_gpu_hours=F("used_gpu_hours") + gpu_hours
+            )
+            MemberUsage.objects.filter(pk__in=[u.pk for u in usage.values()]).update(
+                used_gpu_hours=F("used_gpu_hours") + gpu_hours
+            )
 
 
 def _apply(

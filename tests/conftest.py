@@ -7,7 +7,7 @@ administers the department; root is a superuser.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +22,21 @@ from tenants.models import Tenant
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _tasks_in_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tasks run in the test's process, even with REDIS_URL set, except in the flow tests
+    marked ``celery_worker`` that drive a real worker."""
+    from portal.celery import app
+
+    if request.node.get_closest_marker("celery_worker"):
+        yield
+        return
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = eager
 
 
 @pytest.fixture

@@ -12,3 +12,7 @@ requires_postgres = pytest.mark.skipif(
 requires_redis = pytest.mark.skipif(
     not settings.REDIS_URL, reason="needs Redis: set REDIS_URL=redis://... (CI does)"
 )
+requires_shared_database = pytest.mark.skipif(
+    not on_postgres,
+    reason="needs PostgreSQL: a worker process must share the test database (CI does)",
+)

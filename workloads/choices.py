@@ -38,7 +38,8 @@ TERMINAL = (State.SUCCEEDED, State.FAILED, State.STOPPED, State.REJECTED)
 # so a duplicate or late message changes nothing.
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     State.QUEUED: (State.PENDING, State.QUEUED),
-    State.STARTING: (State.PENDING, State.QUEUED, State.RUNNING),  # RUNNING: a job's retry
+    # From STARTING and RUNNING: a job restarted after a failure (a new attempt).
+    State.STARTING: (State.PENDING, State.QUEUED, State.STARTING, State.RUNNING),
     State.RUNNING: (State.STARTING,),
     State.STOPPING: (State.STARTING, State.RUNNING),
     State.SUCCEEDED: (State.STARTING, State.RUNNING, State.STOPPING),

@@ -40,7 +40,8 @@ class Flavor(models.Model):
     memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(64)])
     gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs.")
     gpu_milli = models.PositiveSmallIntegerField(
-        default=0, validators=[MaxValueValidator(999)],
+        default=0,
+        validators=[MaxValueValidator(999)],
         help_text="A share of one GPU's compute in thousandths (500 = half). 0: none.",
     )
     gpu_memory_mib = models.PositiveIntegerField(
@@ -99,8 +100,12 @@ class Grant(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="grants")
     flavors = models.ManyToManyField(Flavor, related_name="grants")
     cluster = models.ForeignKey(
-        "scheduling.Cluster", null=True, blank=True, on_delete=models.PROTECT,
-        related_name="grants", help_text="Empty: the default cluster.",
+        "scheduling.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="grants",
+        help_text="Empty: the default cluster.",
     )
     member_limit = models.PositiveSmallIntegerField(
         default=1, help_text="Environments of this grant one member may run at once."
@@ -109,9 +114,10 @@ class Grant(models.Model):
     idle_timeout_minutes = models.PositiveIntegerField(default=60)
     max_extensions = models.PositiveSmallIntegerField(default=2)
     windows = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text='Weekly windows, e.g. [{"day": 1, "start": "14:00", "end": "16:00"}] '
-                  "(day 0 = Monday). Empty: any time.",
+        "(day 0 = Monday). Empty: any time.",
     )
     expires_on = models.DateField(null=True, blank=True)
     created_by = models.ForeignKey(
@@ -135,9 +141,7 @@ class Workload(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="workloads"
     )
-    tenant = models.ForeignKey(
-        "tenants.Tenant", on_delete=models.PROTECT, related_name="workloads"
-    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="workloads")
     cluster = models.ForeignKey(
         "scheduling.Cluster", on_delete=models.PROTECT, related_name="workloads"
     )
@@ -157,8 +161,9 @@ class Workload(models.Model):
     max_retries = models.PositiveSmallIntegerField(default=0)
     attempt = models.PositiveSmallIntegerField(default=0)
 
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING,
-                             db_index=True)
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.PENDING, db_index=True
+    )
     reason = models.CharField(max_length=500, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
 
@@ -180,7 +185,10 @@ class Workload(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["owner", "state"]), models.Index(fields=["tenant", "state"])]
+        indexes = [
+            models.Index(fields=["owner", "state"]),
+            models.Index(fields=["tenant", "state"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
@@ -202,7 +210,10 @@ class WorkloadEvent(models.Model):
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     reason = models.CharField(max_length=500, blank=True)

@@ -28,6 +28,7 @@ def test_a_group_message_travels_through_the_redis_channel_layer() -> None:
 
 
 @requires_redis
+@pytest.mark.celery_worker
 def test_celery_sends_tasks_to_redis_not_in_process(settings) -> None:
     assert app.conf.task_always_eager is False
     with app.connection_for_write() as conn:

@@ -73,6 +73,7 @@ class Command(BaseCommand):
         password, generated = self._password()
         with transaction.atomic():
             created = self._seed(make_password(password))
+            self._seed_catalog()
         self.stdout.write(
             self.style.SUCCESS(f"Demo data {'created' if created else 'already present'}.")
         )
@@ -135,6 +136,16 @@ class Command(BaseCommand):
         for slug, limits in QUOTAS.items():
             services.set_quota(actor=admin, tenant=Tenant.objects.get(slug=slug), **limits)
         return True
+
+    def _seed_catalog(self) -> None:
+        """Clusters and the catalog: each app seeds its own part."""
+        from scheduling import demo as scheduling_demo
+        from workloads import demo as workloads_demo
+        from workloads.services import sync_nodes
+
+        admin = User.objects.get(username="admin")
+        sync_nodes(scheduling_demo.seed())
+        workloads_demo.seed(admin)
 
     def _user(
         self,

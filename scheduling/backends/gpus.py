@@ -1,0 +1,54 @@
+"""The GPUs of this host, as NVML reports them.
+
+The local backend pins work to devices by NVML index (``CUDA_VISIBLE_DEVICES`` together with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers devices the way NVML does). Discovery never
+raises: a host without a driver, without the library or with a broken NVML simply has no
+GPUs, and the portal falls back to a configured inventory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from scheduling.backends.base import GpuInfo
+
+log = logging.getLogger(__name__)
+
+
+def discover_gpus() -> tuple[GpuInfo, ...]:
+    """Every device NVML sees, by index; ``()`` when there is no usable NVML."""
+    try:
+        import pynvml  # type: ignore[import-untyped]
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except Exception as error:  # NVMLError, or OSError from a half-installed driver
+        log.info("no NVML on this host (%s): no GPUs discovered", error)
+        return ()
+    try:
+        gpus = []
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    model=_text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_mib=int(memory.total) // (1024 * 1024),
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                )
+            )
+        return tuple(gpus)
+    except Exception as error:  # a device that fails mid-query: report none rather than half
+        log.warning("NVML failed while listing GPUs (%s): no GPUs discovered", error)
+        return ()
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _text(value: object) -> str:
+    """Older pynvml releases return bytes, newer ones str."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

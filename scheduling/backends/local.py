@@ -1,0 +1,901 @@
+"""The ``local`` backend: workloads as real processes on this host.
+
+Every task runs under :mod:`scheduling.backends.local_runner` as the leader of its own session,
+so it outlives the portal process and the backend can signal all of it. What the backend
+knows of a workload lives in ``root/<workload_id>/state.json`` (and is returned as
+``Handle.state``): a new instance over the same root, e.g. after a portal restart, re-attaches
+to what is running. Processes are identified by pid *and* create time, so a reused pid is never
+mistaken for, or signalled as, a task.
+
+No Django here: the portal passes in everything the backend needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+
+from scheduling.backends.base import (
+    TERMINAL_PHASES,
+    BackendError,
+    Endpoint,
+    GpuInfo,
+    Handle,
+    LogChunk,
+    NodeInfo,
+    Observation,
+    Phase,
+    TaskPlacement,
+    WorkloadSpec,
+)
+from scheduling.backends.gpus import discover_gpus
+
+log = logging.getLogger(__name__)
+
+RUNNER = Path(__file__).with_name("local_runner.py")
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+
+NOTEBOOK_APPS = frozenset({"jupyter", "terminal"})
+KUBERNETES_ONLY_APPS = frozenset({"vscode", "pycharm-desktop"})
+
+# The portal's own environment carries its secrets (database URL, secret key): workloads get
+# only this allow-list of it, plus whatever the spec and the backend set.
+ENV_ALLOW = frozenset(
+    {
+        "PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "SHELL", "USER", "LOGNAME", "TERM",
+        "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
+        "https_proxy", "no_proxy",
+    }
+)  # fmt: skip
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PROBE_TIMEOUT = 1.5  # seconds; a busy server just stays STARTING for one more poll
+CREATE_TIME_SLACK = 0.05  # psutil create times are jiffy-rounded
+
+# Popen objects of runners this process started, so they are reaped (no zombies) whichever
+# LocalBackend instance notices they ended.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_children_lock = threading.Lock()
+
+
+class LocalBackend:
+    """Runs notebooks (JupyterLab) and jobs (N gang-started processes) on this host."""
+
+    kind = "local"
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        node_name: str | None = None,
+        python: str = sys.executable,
+        gpus: Sequence[GpuInfo] | None = None,
+        cpu_milli: int | None = None,
+        memory_mib: int | None = None,
+        stop_grace_seconds: float = 10.0,
+    ) -> None:
+        self.root = Path(root)
+        self.node_name = node_name or socket.gethostname()
+        self.python = python
+        self.cpu_milli = cpu_milli
+        self.memory_mib = memory_mib
+        self.stop_grace_seconds = stop_grace_seconds
+        self._gpus = tuple(gpus) if gpus is not None else None
+        self._tensorboard: bool | None = None
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def submit(self, spec: WorkloadSpec) -> Handle:
+        """Start every task of ``spec`` (or none). The same (id, attempt) starts once; a
+        higher attempt kills what is left of the previous one and starts afresh."""
+        workdir = self._workload_dir(spec.workload_id)
+        self._check_runnable(spec)
+        placements = self._placements(spec)
+        workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with self._locked(workdir):
+            state = self._read_state(workdir)
+            if state is not None and int(state["attempt"]) >= spec.attempt:
+                return Handle(spec.workload_id, state)
+            if state is not None:
+                self._kill_tasks(state, signal.SIGKILL)
+            if spec.kind == "job":
+                state = self._start_job(spec, workdir, placements)
+            else:
+                state = self._start_server(spec, workdir, placements[0])
+            return Handle(spec.workload_id, state)
+
+    def stop(self, handle: Handle) -> None:
+        """SIGTERM every task; ``observe`` (or a later ``stop``) SIGKILLs what is left after
+        ``stop_grace_seconds``. Unknown or finished workloads are left alone."""
+        workdir, state = self._load(handle)
+        if state is None:
+            return
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            before = _snapshot(state)
+            now = time.time()
+            if state.get("stop_requested_at") is None:
+                observation = self._evaluate(workdir, state, now, probe=False)
+                if observation.phase not in TERMINAL_PHASES:
+                    state["stop_requested_at"] = now
+                    for task in state["tasks"]:
+                        if self._task_alive(task):
+                            self._terminate_task(task)
+            self._sweep(state, now)
+            self._save_if_changed(workdir, state, before)
+
+    def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
+        """Phase of each workload; also escalates stops and clears stray processes."""
+        observations: dict[str, Observation] = {}
+        for handle in handles:
+            observations[handle.workload_id] = self._observe_one(handle)
+        return observations
+
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """The server's URL and credentials once it answers; None before and after."""
+        workdir, state = self._load(handle)
+        if state is None or state.get("kind") == "job" or state.get("port") is None:
+            return None
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            if state.get("stop_requested_at") is not None or state.get("outcome"):
+                return None
+            if not self._task_alive(state["tasks"][0]):
+                return None
+            if not state.get("ready"):
+                if self._probe(state) is None:
+                    return None
+                state["ready"] = True
+                self._write_state(workdir, state)
+        url = f"http://127.0.0.1:{state['port']}{state['base_url']}"
+        token = state.get("token")
+        return Endpoint(url=url, headers={"Authorization": f"token {token}"} if token else {})
+
+    def logs(self, handle: Handle, task: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
+        """Bytes ``offset`` … ``offset + limit`` of the current attempt's log of ``task``."""
+        workdir, state = self._load(handle)
+        if state is None:
+            return LogChunk(text="", next_offset=offset, tasks=0)
+        tasks = state["tasks"]
+        if not 0 <= task < len(tasks):
+            return LogChunk(text="", next_offset=offset, tasks=len(tasks))
+        try:
+            with open(workdir / tasks[task]["log"], "rb") as file:
+                file.seek(max(offset, 0))
+                data = file.read(max(limit, 0))
+        except FileNotFoundError:
+            data = b""
+        if len(data) == limit:
+            data = _whole_utf8(data) or data  # never return nothing while bytes remain
+        return LogChunk(
+            text=data.decode("utf-8", errors="replace"),
+            next_offset=max(offset, 0) + len(data),
+            tasks=len(tasks),
+        )
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """This host, with its CPUs, memory and GPUs (configured inventory, else NVML)."""
+        cpu_milli = self.cpu_milli
+        if cpu_milli is None:
+            cpu_milli = (os.cpu_count() or 1) * 1000
+        memory_mib = self.memory_mib
+        if memory_mib is None:
+            memory_mib = int(psutil.virtual_memory().total) // (1024 * 1024)
+        return (
+            NodeInfo(
+                name=self.node_name,
+                cpu_milli=cpu_milli,
+                memory_mib=memory_mib,
+                gpus=self._inventory(),
+                labels={"quanta.io/backend": "local"},
+            ),
+        )
+
+    def running(self) -> set[str]:
+        """Ids under ``root`` with a live process, whatever the portal believes."""
+        alive: set[str] = set()
+        if not self.root.is_dir():
+            return alive
+        for workdir in sorted(self.root.iterdir()):
+            if not (workdir / STATE_FILE).is_file():
+                continue
+            with self._locked(workdir):
+                state = self._read_state(workdir)
+                if state is None:
+                    continue
+                before = _snapshot(state)
+                self._sweep(state, time.time())
+                self._save_if_changed(workdir, state, before)
+                if any(self._task_alive(task) for task in state["tasks"]):
+                    alive.add(workdir.name)
+        return alive
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def _check_runnable(self, spec: WorkloadSpec) -> None:
+        """Refuse for good what this host cannot run, before anything starts."""
+        if spec.kind == "job":
+            if not spec.command:
+                raise BackendError("a job needs a command to run")
+            if spec.workers < 1:
+                raise BackendError("a job needs at least one worker")
+            return
+        if spec.kind == "serving":
+            raise BackendError("the local backend does not serve models yet")
+        if spec.kind != "notebook":
+            raise BackendError(f"the local backend does not know workloads of kind {spec.kind!r}")
+        if spec.app in KUBERNETES_ONLY_APPS:
+            raise BackendError(
+                f"The local backend cannot run {spec.app}: it needs a container image, "
+                "so run it on the kubernetes backend."
+            )
+        if spec.app == "tensorboard":
+            if not self._has_tensorboard():
+                raise BackendError("tensorboard is not installed on this host")
+            return
+        if spec.app not in NOTEBOOK_APPS:
+            raise BackendError(f"the local backend cannot run the app {spec.app!r}")
+
+    def _placements(self, spec: WorkloadSpec) -> tuple[TaskPlacement, ...]:
+        """One placement per task; none given means no GPU. Devices must exist here."""
+        tasks = spec.workers if spec.kind == "job" else 1
+        if not spec.placement:
+            return tuple(TaskPlacement(node=self.node_name) for _ in range(tasks))
+        if len(spec.placement) != tasks:
+            raise BackendError(f"{len(spec.placement)} placements given for {tasks} task(s)")
+        known = {gpu.index for gpu in self._inventory()}
+        for placement in spec.placement:
+            if placement.node != self.node_name:
+                raise BackendError(
+                    f"placed on node {placement.node!r}, but this backend runs {self.node_name!r}"
+                )
+            missing = sorted(set(placement.gpu_indices) - known)
+            if missing:
+                raise BackendError(f"GPU(s) {missing} do not exist on {self.node_name!r}")
+        return spec.placement
+
+    def _start_job(
+        self, spec: WorkloadSpec, workdir: Path, placements: Sequence[TaskPlacement]
+    ) -> dict[str, Any]:
+        cwd = self._working_dir(spec, workdir)
+        master_port = _free_port()
+        state = self._new_state(spec, workdir, master_port=master_port)
+        for rank, placement in enumerate(placements):
+            env = self._env(spec, placement, cwd)
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(master_port),
+                WORLD_SIZE=str(spec.workers),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                NODE_RANK="0",
+                LOCAL_WORLD_SIZE=str(spec.workers),
+                PYTHONUNBUFFERED="1",
+            )
+            self._launch(state, workdir, rank, spec.command, cwd, env)
+        return state
+
+    def _start_server(
+        self, spec: WorkloadSpec, workdir: Path, placement: TaskPlacement
+    ) -> dict[str, Any]:
+        cwd = self._working_dir(spec, workdir)
+        base_url = "/" + spec.base_url.strip("/") + "/" if spec.base_url.strip("/") else "/"
+        port = _free_port()
+        env = self._env(spec, placement, cwd)
+        state = self._new_state(spec, workdir, port=port, base_url=base_url)
+        if spec.app == "tensorboard":
+            command: list[str] = [
+                self.python, "-m", "tensorboard.main", "--logdir", str(cwd),
+                "--host", "127.0.0.1", "--port", str(port),
+                "--path_prefix", base_url.rstrip("/"),
+            ]  # fmt: skip
+        else:
+            token = secrets.token_urlsafe(32)
+            state["token"] = token
+            env.update(self._jupyter_dirs(workdir, token, port, base_url, cwd))
+            command = [self.python, "-m", "jupyterlab"]
+        self._launch(state, workdir, 0, command, cwd, env)
+        return state
+
+    def _new_state(self, spec: WorkloadSpec, workdir: Path, **extra: Any) -> dict[str, Any]:
+        """A fresh attempt: its directory is emptied, so its logs start from nothing."""
+        attempt_dir = workdir / f"attempt-{spec.attempt}"
+        shutil.rmtree(attempt_dir, ignore_errors=True)
+        attempt_dir.mkdir(parents=True)
+        state: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "workload_id": spec.workload_id,
+            "kind": spec.kind,
+            "app": spec.app,
+            "attempt": spec.attempt,
+            "workers": spec.workers if spec.kind == "job" else 1,
+            "node": self.node_name,
+            "started_at": time.time(),
+            "tasks": [],
+            "stop_requested_at": None,
+            "failed_at": None,
+            "outcome": None,
+            "port": None,
+            "token": None,
+            "base_url": "",
+            "ready": False,
+            "last_activity": None,
+            "master_port": None,
+        }
+        state.update(extra)
+        return state
+
+    def _launch(
+        self,
+        state: dict[str, Any],
+        workdir: Path,
+        index: int,
+        command: Sequence[str],
+        cwd: Path,
+        env: dict[str, str],
+    ) -> None:
+        """Start one task under the runner; on failure kill the tasks already started (gang:
+        all or none) and say why. State is written after each start so a portal crash in
+        between still leaves every pid on disk."""
+        relative = f"attempt-{state['attempt']}/task-{index}"
+        log_path = workdir / f"{relative}.log"
+        argv = [
+            self.python, "-P", str(RUNNER), "--log", str(log_path),
+            "--exit-file", str(workdir / f"{relative}.exit"), "--cwd", str(cwd), "--", *command,
+        ]  # fmt: skip
+        try:
+            with open(log_path, "ab") as output:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            create_time = float(psutil.Process(process.pid).create_time())
+        except (OSError, psutil.Error) as error:
+            # All or none: kill what started and forget the attempt, so that the portal's
+            # retry of the same attempt starts it afresh.
+            self._kill_tasks(state, signal.SIGKILL)
+            (workdir / STATE_FILE).unlink(missing_ok=True)
+            permanent = isinstance(error, FileNotFoundError | PermissionError)
+            raise BackendError(
+                f"cannot start task {index}: {error}", transient=not permanent
+            ) from error
+        with _children_lock:
+            _children[process.pid] = process
+        state["tasks"].append(
+            {
+                "pid": process.pid,
+                "create_time": create_time,
+                "log": f"{relative}.log",
+                "exit_file": f"{relative}.exit",
+                "gone": False,
+            }
+        )
+        self._write_state(workdir, state)
+
+    def _env(self, spec: WorkloadSpec, placement: TaskPlacement, cwd: Path) -> dict[str, str]:
+        """Allow-listed host env, then the spec's env, then what the backend must control
+        (GPU pinning, identity), which the spec cannot override."""
+        env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW or k.startswith("LC_")}
+        env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", os.defpath)])
+        env.setdefault("LANG", "C.UTF-8")
+        env.setdefault("SHELL", "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh")
+        env.update(spec.env)
+        env.update(
+            HOME=str(cwd),
+            CUDA_DEVICE_ORDER="PCI_BUS_ID",
+            CUDA_VISIBLE_DEVICES=",".join(str(index) for index in placement.gpu_indices),
+            QUANTA_WORKLOAD_ID=spec.workload_id,
+            QUANTA_ATTEMPT=str(spec.attempt),
+        )
+        if spec.resources.gpu_milli:
+            env["QUANTA_GPU_MILLI"] = str(spec.resources.gpu_milli)
+            env["QUANTA_GPU_MEMORY_MIB"] = str(spec.resources.gpu_memory_mib)
+        return env
+
+    def _jupyter_dirs(
+        self, workdir: Path, token: str, port: int, base_url: str, cwd: Path
+    ) -> dict[str, str]:
+        """Private Jupyter config/data/runtime dirs, so nothing global interferes, with a
+        config file (mode 0600) that carries the token: never on the command line, never in
+        the log (jupyter_server prints ``token=...`` for a token it did not generate)."""
+        dirs = {
+            "JUPYTER_CONFIG_DIR": workdir / "jupyter" / "config",
+            "JUPYTER_DATA_DIR": workdir / "jupyter" / "data",
+            "JUPYTER_RUNTIME_DIR": workdir / "jupyter" / "runtime",
+        }
+        for path in dirs.values():
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        server: dict[str, Any] = {
+            "ip": "127.0.0.1",
+            "port": port,
+            "port_retries": 0,  # another port would not be the one in state.json
+            "open_browser": False,
+            "base_url": base_url,
+            "root_dir": str(cwd),
+            "allow_remote_access": True,  # the portal's proxy may keep its own Host header
+            "quit_button": False,  # the portal stops notebooks
+        }
+        if os.geteuid() == 0:
+            server["allow_root"] = True
+        config = {
+            "IdentityProvider": {"token": token},
+            "ServerApp": server,
+            "LabApp": {
+                "news_url": None,
+                "check_for_updates_class": (
+                    "jupyterlab.handlers.announcements.NeverCheckForUpdate"
+                ),
+                "extension_manager": "readonly",
+            },
+        }
+        config_file = dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json"
+        descriptor = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            json.dump(config, file, indent=1)
+        return {name: str(path) for name, path in dirs.items()}
+
+    def _working_dir(self, spec: WorkloadSpec, workdir: Path) -> Path:
+        cwd = Path(spec.working_dir) if spec.working_dir else workdir / "work"
+        cwd.mkdir(parents=True, exist_ok=True)
+        return cwd
+
+    def _has_tensorboard(self) -> bool:
+        """Asked of the interpreter that will run it, which need not be the portal's."""
+        if self._tensorboard is None:
+            if self.python == sys.executable:
+                self._tensorboard = importlib.util.find_spec("tensorboard") is not None
+            else:
+                probe = (
+                    "import importlib.util as u, sys; sys.exit(u.find_spec('tensorboard') is None)"
+                )
+                result = subprocess.run(
+                    [self.python, "-c", probe], capture_output=True, timeout=30, check=False
+                )
+                self._tensorboard = result.returncode == 0
+        return self._tensorboard
+
+    def _inventory(self) -> tuple[GpuInfo, ...]:
+        if self._gpus is None:
+            self._gpus = discover_gpus()
+        return self._gpus
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def _observe_one(self, handle: Handle) -> Observation:
+        workdir, state = self._load(handle)
+        if state is None:
+            return Observation(handle.workload_id, Phase.UNKNOWN, "no such workload on this host")
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            before = _snapshot(state)
+            observation = self._evaluate(workdir, state, time.time())
+            self._save_if_changed(workdir, state, before)
+        return observation
+
+    def _evaluate(
+        self, workdir: Path, state: dict[str, Any], now: float, *, probe: bool = True
+    ) -> Observation:
+        """Decide the phase from the tasks' liveness and exit files, record a terminal outcome
+        once, and kill what must not outlive it (the rest of a failed gang, strays). Without
+        ``probe``, a live server is not asked whether it answers yet."""
+        workload_id, attempt = state["workload_id"], int(state["attempt"])
+        self._sweep(state, now)
+        outcome = state.get("outcome")
+        if outcome:
+            return _observation(workload_id, attempt, outcome, state)
+        tasks = state["tasks"]
+        if len(tasks) < int(state.get("workers", 1)):
+            # The portal died halfway through a submit: a partial gang must not run.
+            self._kill_tasks(state, signal.SIGKILL)
+            state["failed_at"] = now
+            reason = f"only {len(tasks)} of {state['workers']} tasks were started"
+            state["outcome"] = {"phase": Phase.FAILED.value, "reason": reason}
+            return _observation(workload_id, attempt, state["outcome"], state)
+        # Liveness first: a runner writes its exit file before it exits, so a task seen dead
+        # here has its exit file by the time it is read (unless it was killed).
+        alive = [self._task_alive(task) for task in tasks]
+        exits = [_read_exit(workdir / task["exit_file"]) for task in tasks]
+        if state.get("stop_requested_at") is not None:
+            if any(alive):
+                phase = Phase.RUNNING if state.get("ready") or state["kind"] == "job" else None
+                return Observation(
+                    workload_id,
+                    phase or Phase.STARTING,
+                    "stopping: waiting for the processes to exit",
+                    attempt=attempt,
+                )
+            outcome = {"phase": Phase.STOPPED.value, "reason": "stopped on request"}
+        elif state["kind"] == "job":
+            outcome = self._job_outcome(workdir, state, exits, alive, now)
+        else:
+            outcome = self._server_outcome(workdir, state, exits, alive)
+        if outcome is None:
+            return self._live_observation(state, attempt, probe=probe)
+        state["outcome"] = outcome
+        self._sweep(state, now)
+        return _observation(workload_id, attempt, outcome, state)
+
+    def _job_outcome(
+        self,
+        workdir: Path,
+        state: dict[str, Any],
+        exits: list[dict[str, Any] | None],
+        alive: list[bool],
+        now: float,
+    ) -> dict[str, Any] | None:
+        failures: list[tuple[float, int, str, int | None]] = []
+        for rank, ended in enumerate(exits):
+            if ended is not None and ended["exit_code"] != 0:
+                failures.append((ended["at"], rank, _exit_words(ended), ended["exit_code"]))
+            elif ended is None and not alive[rank]:
+                failures.append((now, rank, "disappeared without an exit code", None))
+        if failures:
+            _, rank, words, code = min(failures)  # the first to fail is the cause
+            reason = f"worker {rank} {words}"
+            last = _last_line(workdir / state["tasks"][rank]["log"])
+            if last:
+                reason += f": {last}"
+            state["failed_at"] = now
+            for task, running in zip(state["tasks"], alive, strict=True):
+                if running:
+                    self._terminate_task(task)
+            return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": code}
+        if all(ended is not None for ended in exits):
+            workers = len(exits)
+            reason = (
+                "exited with code 0"
+                if workers == 1
+                else f"all {workers} workers exited with code 0"
+            )
+            return {"phase": Phase.SUCCEEDED.value, "reason": reason, "exit_code": 0}
+        return None
+
+    def _server_outcome(
+        self,
+        workdir: Path,
+        state: dict[str, Any],
+        exits: list[dict[str, Any] | None],
+        alive: list[bool],
+    ) -> dict[str, Any] | None:
+        ended = exits[0]
+        if ended is None and alive[0]:
+            return None
+        name = "JupyterLab" if state.get("token") else str(state["app"]).capitalize()
+        if ended is not None and ended["exit_code"] == 0:
+            # Nobody asked for a stop, but nothing went wrong either: it shut itself down.
+            reason = f"{name} shut itself down (exit code 0)"
+            return {"phase": Phase.STOPPED.value, "reason": reason, "exit_code": 0}
+        words = _exit_words(ended) if ended else "disappeared without an exit code"
+        reason = f"{name} {words}"
+        last = _last_line(workdir / state["tasks"][0]["log"])
+        if last:
+            reason += f": {last}"
+        code = ended["exit_code"] if ended else None
+        return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": code}
+
+    def _live_observation(
+        self, state: dict[str, Any], attempt: int, *, probe: bool = True
+    ) -> Observation:
+        workload_id = state["workload_id"]
+        if state["kind"] == "job":
+            return Observation(workload_id, Phase.RUNNING, attempt=attempt)
+        status = self._probe(state) if probe else None
+        if status is None:
+            if state.get("ready"):  # answered before: a slow reply does not make it STARTING
+                return Observation(
+                    workload_id,
+                    Phase.RUNNING,
+                    last_activity=_parse_time(state.get("last_activity")),
+                    attempt=attempt,
+                )
+            return Observation(
+                workload_id, Phase.STARTING, "waiting for the server to answer", attempt=attempt
+            )
+        state["ready"] = True
+        if isinstance(status.get("last_activity"), str):
+            state["last_activity"] = status["last_activity"]
+        return Observation(
+            workload_id,
+            Phase.RUNNING,
+            last_activity=_parse_time(state.get("last_activity")),
+            attempt=attempt,
+        )
+
+    def _probe(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Jupyter's ``api/status`` (with the token) or TensorBoard's page: the body when it
+        answers 200, else None."""
+        base = f"http://127.0.0.1:{state['port']}{state['base_url']}"
+        token = state.get("token")
+        request = urllib.request.Request(base + "api/status" if token else base)
+        if token:
+            request.add_header("Authorization", f"token {token}")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=PROBE_TIMEOUT) as response:
+                if response.status != 200:
+                    return None
+                if not token:
+                    return {}
+                body = json.loads(response.read())
+                return body if isinstance(body, dict) else {}
+        except (OSError, ValueError, urllib.error.URLError):
+            return None
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _task_alive(self, task: dict[str, Any]) -> bool:
+        """The runner lives, or something of its session does (e.g. the command after a
+        SIGKILLed runner)."""
+        if task.get("gone"):
+            return False
+        runner = _identify(task)
+        if runner is False:
+            task["gone"] = True  # the pid now belongs to someone else: our session is over
+            return False
+        if runner is not None:
+            return True
+        if _session_members(int(task["pid"]), float(task["create_time"])):
+            return True
+        task["gone"] = True
+        return False
+
+    def _terminate_task(self, task: dict[str, Any]) -> None:
+        """SIGTERM the runner's group (the runner alone), which forwards it once to the
+        command's group; without a runner, SIGTERM what is left of the session."""
+        runner = _identify(task)
+        if runner is False:
+            return
+        if runner is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(task["pid"]), signal.SIGTERM)
+            return
+        _signal_session(task, signal.SIGTERM)
+
+    def _kill_tasks(self, state: dict[str, Any], sig: signal.Signals) -> None:
+        for task in state["tasks"]:
+            if not task.get("gone") and _identify(task) is not False:
+                _signal_session(task, sig)
+
+    def _sweep(self, state: dict[str, Any], now: float) -> None:
+        """SIGKILL what may no longer run: every session once its grace after a stop or a
+        gang failure is over, and the leftovers of a task whose command has exited."""
+        deadlines = [
+            float(at) + self.stop_grace_seconds
+            for at in (state.get("stop_requested_at"), state.get("failed_at"))
+            if at is not None
+        ]
+        overdue = bool(deadlines) and now >= min(deadlines)
+        workdir = self.root / state["workload_id"]
+        for task in state["tasks"]:
+            if task.get("gone"):
+                continue
+            finished = (workdir / task["exit_file"]).exists()
+            if (overdue or finished) and _identify(task) is not False:
+                _signal_session(task, signal.SIGKILL)
+            self._task_alive(task)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _workload_dir(self, workload_id: str) -> Path:
+        if not SAFE_ID.match(workload_id):
+            raise BackendError(f"unsafe workload id {workload_id!r}")
+        return self.root / workload_id
+
+    def _load(self, handle: Handle) -> tuple[Path, dict[str, Any] | None]:
+        """State from disk; else from the handle (the portal's copy), written back to disk."""
+        workdir = self._workload_dir(handle.workload_id)
+        state = self._read_state(workdir)
+        if state is None and handle.state.get("tasks"):
+            state = dict(handle.state)
+            workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._write_state(workdir, state)
+        return workdir, state
+
+    @staticmethod
+    def _read_state(workdir: Path) -> dict[str, Any] | None:
+        try:
+            state = json.loads((workdir / STATE_FILE).read_text(encoding="utf-8"))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except ValueError as error:
+            raise BackendError(f"unreadable {workdir / STATE_FILE}: {error}") from error
+        return state if isinstance(state, dict) else None
+
+    def _save_if_changed(self, workdir: Path, state: dict[str, Any], before: str) -> None:
+        if _snapshot(state) != before:
+            self._write_state(workdir, state)
+
+    @staticmethod
+    def _write_state(workdir: Path, state: dict[str, Any]) -> None:
+        """Atomic (write-then-rename) and private: the state holds the notebook token."""
+        temporary = workdir / f".{STATE_FILE}.{os.getpid()}.{threading.get_ident()}"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            json.dump(state, file, indent=1)
+        os.replace(temporary, workdir / STATE_FILE)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _locked(workdir: Path) -> Iterator[None]:
+        """One caller at a time per workload, across threads and processes (web, workers)."""
+        with open(workdir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _identify(task: Mapping[str, Any]) -> bool | None:
+    """True: the runner lives. None: no process has its pid (or it just became a zombie,
+    now reaped). False: the pid belongs to another process, so our session is gone too."""
+    pid = int(task["pid"])
+    try:
+        process = psutil.Process(pid)
+        if abs(float(process.create_time()) - float(task["create_time"])) > CREATE_TIME_SLACK:
+            return False
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return True
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return False
+    _reap(pid)
+    return None
+
+
+def _reap(pid: int) -> None:
+    with _children_lock:
+        child = _children.pop(pid, None)
+    if child is not None:
+        child.poll()
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _session_members(sid: int, create_time: float) -> list[Any]:
+    """Live processes of the session ``sid``. The kernel does not hand out a pid that is
+    still a session id, so members are ours; the create time check guards the rest."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) != sid:
+                continue
+            if float(process.create_time()) < create_time - CREATE_TIME_SLACK:
+                continue
+            if process.status() == psutil.STATUS_ZOMBIE:
+                _reap(process.pid)
+                continue
+            members.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def _signal_session(task: Mapping[str, Any], sig: signal.Signals) -> None:
+    """Signal every process of the task's session and their descendants (a Jupyter server's
+    kernels start sessions of their own)."""
+    targets: dict[int, Any] = {}
+    for member in _session_members(int(task["pid"]), float(task["create_time"])):
+        targets[member.pid] = member
+        with contextlib.suppress(psutil.Error):
+            for child in member.children(recursive=True):
+                targets[child.pid] = child
+    for process in targets.values():
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(sig)
+
+
+def _read_exit(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        at = path.stat().st_mtime
+    except (FileNotFoundError, ValueError):
+        return None
+    return {"exit_code": int(data["exit_code"]), "signal": data.get("signal"), "at": at}
+
+
+def _exit_words(ended: Mapping[str, Any]) -> str:
+    number = ended.get("signal")
+    if number:
+        try:
+            name = signal.Signals(int(number)).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed by {name} (exit code {ended['exit_code']})"
+    return f"exited with code {ended['exit_code']}"
+
+
+def _last_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of a log, for a failure's reason."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(file.seek(0, os.SEEK_END) - 4096, 0))
+            tail = file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
+def _observation(
+    workload_id: str, attempt: int, outcome: Mapping[str, Any], state: Mapping[str, Any]
+) -> Observation:
+    return Observation(
+        workload_id,
+        Phase(outcome["phase"]),
+        str(outcome.get("reason", "")),
+        exit_code=outcome.get("exit_code"),
+        last_activity=_parse_time(state.get("last_activity")),
+        attempt=attempt,
+    )
+
+
+def _parse_time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _whole_utf8(data: bytes) -> bytes:
+    """Drop a UTF-8 sequence cut off at the end of a chunk; the next read starts with it."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back for the lead
+            continue
+        if byte < 0x80:
+            needed = 1
+        elif byte >> 5 == 0b110:
+            needed = 2
+        elif byte >> 4 == 0b1110:
+            needed = 3
+        else:
+            needed = 4
+        return data if back >= needed else data[:-back]
+    return data
+
+
+def _snapshot(state: Mapping[str, Any]) -> str:
+    return json.dumps(state, sort_keys=True)
+
+
+def _free_port() -> int:
+    """A port free right now; the short race with other binders is accepted."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,24 @@
+"""Demo clusters: this host (local backend)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from scheduling.models import Cluster
+
+# Interactive sessions sit idle most of the time: the demo lets the local host take eight
+# times its cores in CPU requests. Set "cpu_overcommit" in the cluster's config to change it.
+DEMO_CPU_OVERCOMMIT = 8
+
+
+def seed() -> Cluster:
+    local, _ = Cluster.objects.get_or_create(
+        slug="local",
+        defaults={
+            "name": "This host",
+            "backend": "local",
+            "config": {"cpu_overcommit": DEMO_CPU_OVERCOMMIT},
+            "is_default": settings.CLUSTER_BACKEND == "local",
+        },
+    )
+    return local

@@ -1,0 +1,451 @@
+"""The local backend: real processes on this host (the contract, then what is local to it).
+
+Every test leaves no process behind: ``no_stray_processes`` stops whatever is still running
+under the test's root and fails the test if a process of its workloads survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import textwrap
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from scheduling.backends import gpus as gpus_module
+from scheduling.backends.base import (
+    TERMINAL_PHASES,
+    Backend,
+    BackendError,
+    GpuInfo,
+    Handle,
+    Phase,
+    Resources,
+    TaskPlacement,
+    WorkloadSpec,
+)
+from scheduling.backends.local import LocalBackend
+from tests.scheduling.backends.contract import BackendContract, all_logs, wait_for
+
+GRACE = 2.0
+
+
+def workload_processes(home_prefix: Path) -> list[psutil.Process]:
+    """Processes of local workloads whose HOME (their working dir) lies under a test's dir:
+    runners, commands and anything they started (kernels keep the environment too)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            env = process.environ()
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        if "QUANTA_WORKLOAD_ID" in env and env.get("HOME", "").startswith(str(home_prefix)):
+            found.append(process)
+    return found
+
+
+def assert_none_left(home_prefix: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (left := workload_processes(home_prefix)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in left:  # do not leave them to the next test, then say so
+        process.kill()
+    assert not left, f"stray processes: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def backend(root: Path) -> LocalBackend:
+    return LocalBackend(root, node_name="test-node", gpus=(), stop_grace_seconds=GRACE)
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes(tmp_path: Path) -> Iterator[None]:
+    yield
+    root = tmp_path / "root"
+    if root.is_dir():
+        sweeper = LocalBackend(root, stop_grace_seconds=GRACE)
+        deadline = time.monotonic() + 3 * GRACE
+        while (alive := sweeper.running()) and time.monotonic() < deadline:
+            for workload_id in alive:
+                sweeper.stop(Handle(workload_id))
+            time.sleep(0.1)
+    assert_none_left(tmp_path)
+
+
+def job(command: tuple[str, ...], **fields: Any) -> WorkloadSpec:
+    return WorkloadSpec(
+        workload_id=str(uuid.uuid4()), kind="job", app="command", owner="bob", command=command,
+        **fields,
+    )  # fmt: skip
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+class TestLocalBackendKeepsTheContract(BackendContract):
+    def started(self, backend: Backend, handle: Handle) -> object:
+        return [(task["pid"], task["create_time"]) for task in handle.state["tasks"]]
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def test_a_failing_worker_fails_the_gang_and_its_peers_are_killed(
+    backend: LocalBackend, root: Path
+) -> None:
+    command = (
+        "sh", "-c",
+        'if [ "$RANK" = 1 ]; then sleep 0.5; echo worker one gives up; exit 3; fi; exec sleep 300',
+    )  # fmt: skip
+    handle = backend.submit(job(command, workers=3))
+    observation = wait_for(backend, handle, *TERMINAL_PHASES)
+    assert observation.phase == Phase.FAILED
+    assert observation.reason == "worker 1 exited with code 3: worker one gives up"
+    assert observation.exit_code == 3
+    assert_none_left(root / handle.workload_id, timeout=GRACE + 3)
+    assert handle.workload_id not in backend.running()
+    # The peers' own exits (SIGTERM) do not change the verdict.
+    assert backend.observe([handle])[handle.workload_id].reason == observation.reason
+
+
+def test_a_job_that_ignores_sigterm_is_killed_once_the_grace_period_is_over(root: Path) -> None:
+    backend = LocalBackend(root, stop_grace_seconds=0.5)
+    handle = backend.submit(job(("sh", "-c", "trap '' TERM; echo deaf; sleep 300")))
+    while "deaf" not in all_logs(backend, handle):
+        time.sleep(0.05)
+    backend.stop(handle)
+    time.sleep(0.3)
+    assert backend.observe([handle])[handle.workload_id].phase == Phase.RUNNING  # still deaf
+    assert wait_for(backend, handle, Phase.STOPPED, timeout=5).reason == "stopped on request"
+    assert_none_left(root, timeout=1)
+
+
+def test_workers_get_their_rank_world_size_one_master_port_and_not_the_portals_secrets(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://portal:secret@db/quanta")
+    report = (
+        "rank=$RANK local=$LOCAL_RANK node=$NODE_RANK world=$WORLD_SIZE addr=$MASTER_ADDR "
+        "port=$MASTER_PORT gpus=[$CUDA_VISIBLE_DEVICES] unbuffered=$PYTHONUNBUFFERED "
+        "extra=$EXTRA db=[$DATABASE_URL] cwd=$(pwd)"
+    )
+    spec = job(("sh", "-c", f'echo "{report}"'), workers=2, env={"EXTRA": "from-the-template"})
+    handle = backend.submit(spec)
+    assert wait_for(backend, handle, *TERMINAL_PHASES).phase == Phase.SUCCEEDED
+    port = handle.state["master_port"]
+    cwd = backend.root / spec.workload_id / "work"
+    for rank in (0, 1):
+        assert all_logs(backend, handle, task=rank).strip() == (
+            f"rank={rank} local={rank} node=0 world=2 addr=127.0.0.1 port={port} gpus=[] "
+            f"unbuffered=1 extra=from-the-template db=[] cwd={cwd}"
+        )
+    assert backend.logs(handle).tasks == 2
+
+
+def test_logs_read_in_small_chunks_reassemble_multibyte_text(backend: LocalBackend) -> None:
+    text = "héllo wörld ✓ 学习 " * 20
+    handle = backend.submit(job(("printf", "%s", text)))
+    wait_for(backend, handle, *TERMINAL_PHASES)
+    pieces, offset = [], 0
+    while (chunk := backend.logs(handle, offset=offset, limit=5)).next_offset != offset:
+        pieces.append(chunk.text)
+        offset = chunk.next_offset
+    assert "".join(pieces) == text
+    assert backend.logs(handle, task=7).text == ""
+
+
+def test_a_new_backend_over_the_same_root_reattaches_and_stops_the_job(root: Path) -> None:
+    before_restart = LocalBackend(root, stop_grace_seconds=GRACE)
+    handle = before_restart.submit(job(("sh", "-c", "echo started; exec sleep 300")))
+    wait_for(before_restart, handle, Phase.RUNNING)
+    while "started" not in all_logs(before_restart, handle):
+        time.sleep(0.05)
+
+    after_restart = LocalBackend(root, stop_grace_seconds=GRACE)
+    bare = Handle(handle.workload_id)  # everything it needs is under root
+    assert handle.workload_id in after_restart.running()
+    assert after_restart.observe([bare])[handle.workload_id].phase == Phase.RUNNING
+    after_restart.stop(bare)
+    assert wait_for(after_restart, bare, Phase.STOPPED).reason == "stopped on request"
+    assert "started" in all_logs(after_restart, bare)
+    assert handle.workload_id not in before_restart.running()
+
+
+def test_a_lost_state_file_is_rebuilt_from_the_portals_copy_of_the_handle(root: Path) -> None:
+    backend = LocalBackend(root, stop_grace_seconds=GRACE)
+    handle = backend.submit(job(("sleep", "300")))
+    (root / handle.workload_id / "state.json").unlink()
+    assert backend.observe([Handle(handle.workload_id)])[handle.workload_id].phase == Phase.UNKNOWN
+
+    assert backend.observe([handle])[handle.workload_id].phase == Phase.RUNNING
+    backend.stop(handle)
+    wait_for(backend, handle, Phase.STOPPED)
+
+
+def test_a_gang_left_half_started_by_a_crashed_portal_is_failed_and_killed(
+    backend: LocalBackend, root: Path
+) -> None:
+    handle = backend.submit(job(("sleep", "300")))
+    state_file = root / handle.workload_id / "state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "workers": 2}))  # as if task 1 never started
+    observation = backend.observe([handle])[handle.workload_id]
+    assert (observation.phase, observation.reason) == (
+        Phase.FAILED, "only 1 of 2 tasks were started",
+    )  # fmt: skip
+    assert_none_left(root / handle.workload_id, timeout=2)
+
+
+def test_a_job_without_a_command_or_with_an_unknown_program_fails_plainly(
+    backend: LocalBackend,
+) -> None:
+    with pytest.raises(BackendError, match="needs a command"):
+        backend.submit(job(()))
+    handle = backend.submit(job(("no-such-program-here",)))
+    observation = wait_for(backend, handle, *TERMINAL_PHASES)
+    assert observation.phase == Phase.FAILED
+    assert observation.reason.startswith("worker 0 exited with code 127: quanta: cannot start")
+
+
+# -- GPUs ------------------------------------------------------------------------------------
+
+
+def test_a_configured_gpu_inventory_is_reported_and_pins_each_worker(root: Path) -> None:
+    inventory = (
+        GpuInfo(0, "NVIDIA A100-SXM4-40GB", 40960, "GPU-0000"),
+        GpuInfo(1, "NVIDIA A100-SXM4-40GB", 40960, "GPU-1111"),
+    )
+    backend = LocalBackend(
+        root, node_name="gpu-host", gpus=inventory, cpu_milli=8000, memory_mib=65536
+    )
+    (node,) = backend.nodes()
+    assert (node.name, node.cpu_milli, node.memory_mib, node.gpus) == (
+        "gpu-host", 8000, 65536, inventory,
+    )  # fmt: skip
+    spec = job(
+        ("sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES] $QUANTA_GPU_MILLI $QUANTA_GPU_MEMORY_MIB"'),
+        workers=2,
+        resources=Resources(gpu_milli=500, gpu_memory_mib=20480),
+        placement=(TaskPlacement("gpu-host", (1,)), TaskPlacement("gpu-host", (0,))),
+    )
+    handle = backend.submit(spec)
+    assert wait_for(backend, handle, *TERMINAL_PHASES).phase == Phase.SUCCEEDED
+    assert all_logs(backend, handle, task=0).strip() == "[1] 500 20480"
+    assert all_logs(backend, handle, task=1).strip() == "[0] 500 20480"
+
+    with pytest.raises(BackendError, match=r"GPU\(s\) \[7\] do not exist"):
+        backend.submit(job(("true",), placement=(TaskPlacement("gpu-host", (7,)),)))
+    with pytest.raises(BackendError, match="placed on node 'elsewhere'"):
+        backend.submit(job(("true",), placement=(TaskPlacement("elsewhere", ()),)))
+
+
+def test_gpu_discovery_without_nvml_finds_no_gpus_instead_of_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+
+    def broken() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", broken)
+    assert gpus_module.discover_gpus() == ()
+
+
+def test_nodes_describe_this_host_when_nothing_is_configured(tmp_path: Path) -> None:
+    (node,) = LocalBackend(tmp_path, gpus=()).nodes()
+    assert node.cpu_milli == (os.cpu_count() or 1) * 1000
+    assert 0 < node.memory_mib == psutil.virtual_memory().total // 2**20
+    assert node.gpus == ()
+
+
+# -- apps the local backend does not run -----------------------------------------------------
+
+
+@pytest.mark.parametrize("app", ["vscode", "pycharm-desktop"])
+def test_desktop_apps_are_refused_with_a_sentence_that_names_kubernetes(
+    backend: LocalBackend, app: str
+) -> None:
+    spec = WorkloadSpec(workload_id=str(uuid.uuid4()), kind="notebook", app=app, owner="bob")
+    with pytest.raises(BackendError) as refused:
+        backend.submit(spec)
+    assert str(refused.value) == (
+        f"The local backend cannot run {app}: it needs a container image, "
+        "so run it on the kubernetes backend."
+    )
+    assert not refused.value.transient
+    assert not (backend.root / spec.workload_id / "state.json").exists()
+
+
+def test_tensorboard_is_refused_where_it_is_not_installed(backend: LocalBackend) -> None:
+    if backend._has_tensorboard():
+        pytest.skip("tensorboard is installed here, so it is not refused")
+    spec = WorkloadSpec(
+        workload_id=str(uuid.uuid4()), kind="notebook", app="tensorboard", owner="bob"
+    )
+    with pytest.raises(BackendError, match="tensorboard is not installed on this host"):
+        backend.submit(spec)
+
+
+# -- notebooks -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalBackend, Handle]]:
+    """One real JupyterLab for the module: starting one costs seconds."""
+    base = tmp_path_factory.mktemp("notebook")
+    backend = LocalBackend(base / "root", stop_grace_seconds=GRACE)
+    workload_id = str(uuid.uuid4())
+    spec = WorkloadSpec(
+        workload_id=workload_id, kind="notebook", app="jupyter", owner="bob",
+        base_url=f"/nb/{workload_id}/", working_dir=str(base / "home" / "bob"),
+    )  # fmt: skip
+    handle = backend.submit(spec)
+    try:
+        wait_for(backend, handle, Phase.RUNNING, timeout=60)
+        yield backend, handle
+    finally:
+        backend.stop(handle)
+        assert wait_for(backend, handle, *TERMINAL_PHASES).phase == Phase.STOPPED
+        assert backend.endpoint(handle) is None
+        assert_none_left(base)
+
+
+def test_a_notebook_runs_jupyterlab_that_answers_only_with_its_token(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    backend, handle = notebook
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    assert endpoint.url == f"http://127.0.0.1:{handle.state['port']}/nb/{handle.workload_id}/"
+    status, body = get(endpoint.url + "api/status", dict(endpoint.headers))
+    assert status == 200
+    assert {"started", "last_activity"} <= set(json.loads(body))
+    assert get(endpoint.url + "api/status")[0] in (401, 403)
+    assert get(endpoint.url + "api/status", {"Authorization": "token wrong"})[0] in (401, 403)
+
+
+def test_a_notebook_reports_last_activity_that_moves_with_use(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    backend, handle = notebook
+    before = backend.observe([handle])[handle.workload_id].last_activity
+    assert before is not None and before.tzinfo is not None
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    time.sleep(0.05)
+    assert get(endpoint.url + "api/contents", dict(endpoint.headers))[0] == 200
+    after = backend.observe([handle])[handle.workload_id].last_activity
+    assert after is not None and after > before
+
+
+def test_a_notebook_keeps_its_token_off_logs_and_command_lines_and_its_config_private(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    backend, handle = notebook
+    token = handle.state["token"]
+    assert token not in all_logs(backend, handle)
+    workdir = backend.root / handle.workload_id
+    processes = workload_processes(workdir.parent.parent)
+    assert processes, "the notebook's processes are not visible"
+    for process in processes:
+        assert token not in " ".join(process.cmdline())
+        env = process.environ()
+        assert env["CUDA_VISIBLE_DEVICES"] == ""
+        assert env["HOME"].endswith("/home/bob")
+        assert env["JUPYTER_CONFIG_DIR"] == str(workdir / "jupyter" / "config")
+    for private in (workdir / "state.json", workdir / "jupyter/config/jupyter_server_config.json"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+
+
+def test_a_notebook_that_dies_unasked_fails_with_its_code_and_last_words(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fake" / "jupyterlab"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import sys\nprint('cannot bind: port in use')\nsys.exit(2)")
+    spec = WorkloadSpec(
+        workload_id=str(uuid.uuid4()), kind="notebook", app="jupyter", owner="bob",
+        base_url="/nb/x/", env={"PYTHONPATH": str(fake.parent)},
+    )  # fmt: skip
+    handle = backend.submit(spec)
+    observation = wait_for(backend, handle, *TERMINAL_PHASES)
+    assert observation.phase == Phase.FAILED
+    assert observation.reason == "JupyterLab exited with code 2: cannot bind: port in use"
+    assert backend.endpoint(handle) is None
+
+
+# -- a real distributed job ------------------------------------------------------------------
+
+DDP_SCRIPT = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")  # MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the env
+rank, world = dist.get_rank(), dist.get_world_size()
+x = torch.linspace(-1, 1, 64).unsqueeze(1)[rank::world]  # each rank its share of the data
+y = 3 * x + 1
+model = DistributedDataParallel(torch.nn.Linear(1, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(1, 2001):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)  # every rank sees the same mean loss, so all stop together
+    mean /= world
+    if mean.item() < 1e-4:
+        break
+weight, bias = model.module.weight.item(), model.module.bias.item()
+print(f"rank {rank}/{world} step {step} w={weight:.3f} b={bias:.3f} final loss {mean.item():.2e}")
+dist.destroy_process_group()
+"""
+
+
+def test_a_two_process_pytorch_ddp_job_trains_and_both_ranks_log_the_final_loss(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch", reason="torch is not installed in this environment")
+    home = tmp_path / "home" / "bob"
+    home.mkdir(parents=True)
+    (home / "train.py").write_text(textwrap.dedent(DDP_SCRIPT))
+    spec = job(
+        ("python", "train.py"), workers=2, working_dir=str(home), env={"OMP_NUM_THREADS": "1"}
+    )
+    handle = backend.submit(spec)
+    observation = wait_for(backend, handle, *TERMINAL_PHASES, timeout=120)
+    logs = [all_logs(backend, handle, task=rank) for rank in (0, 1)]
+    assert observation.phase == Phase.SUCCEEDED, f"{observation.reason}\n{logs}"
+    for rank, text in enumerate(logs):
+        found = re.search(r"rank (\d)/2 step \d+ w=(\S+) b=(\S+) final loss (\S+)", text)
+        assert found, text
+        assert int(found[1]) == rank
+        assert abs(float(found[2]) - 3) < 0.05 and abs(float(found[3]) - 1) < 0.05
+        assert float(found[4]) < 1e-4

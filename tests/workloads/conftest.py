@@ -1,0 +1,74 @@
+"""The catalog of the workload tests: one local cluster with a node of 16 cores and two
+GPUs, flavors, a JupyterLab template granted to class A, and a fake backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scheduling.backends import registry
+from scheduling.models import Cluster, GpuDevice, Node
+from tests.workloads.fakes import FakeBackend
+from workloads.models import AppTemplate, Flavor, Grant, Image
+
+
+@pytest.fixture
+def backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
+    fake = FakeBackend()
+    registry.forget()
+    monkeypatch.setattr(registry, "_build", lambda cluster: fake)
+    yield fake
+    registry.forget()
+
+
+class Catalog:
+    def __init__(self, world: Any) -> None:
+        self.cluster = Cluster.objects.create(
+            name="Lab", slug="lab", backend="local", is_default=True
+        )
+        self.node = Node.objects.create(
+            cluster=self.cluster, name="gpu-host", cpu_milli=16000, memory_mib=65536
+        )
+        self.gpus = [
+            GpuDevice.objects.create(node=self.node, index=i, model="A100", memory_mib=40960)
+            for i in range(2)
+        ]
+        self.image = Image.objects.create(
+            name="PyTorch", slug="pytorch", registry_ref="quanta/pytorch:2"
+        )
+        self.small = Flavor.objects.create(
+            name="small", slug="small", cpu_milli=1000, memory_mib=2048
+        )
+        self.gpu = Flavor.objects.create(
+            name="1 GPU", slug="gpu", cpu_milli=2000, memory_mib=8192, gpus=1
+        )
+        self.half = Flavor.objects.create(
+            name="half GPU",
+            slug="half",
+            cpu_milli=1000,
+            memory_mib=4096,
+            gpu_milli=500,
+            gpu_memory_mib=20000,
+        )
+        self.huge = Flavor.objects.create(
+            name="huge", slug="huge", cpu_milli=64000, memory_mib=4096
+        )
+        self.jupyter = AppTemplate.objects.create(
+            name="JupyterLab",
+            slug="jupyter",
+            kind="jupyter",
+            image=self.image,
+            default_flavor=self.small,
+        )
+        self.jupyter.allowed_flavors.set([self.small, self.gpu, self.half, self.huge])
+        self.grant = Grant.objects.create(
+            template=self.jupyter, tenant=world.class_a, created_by=world.alice, member_limit=3
+        )
+        self.grant.flavors.set([self.small, self.gpu, self.half, self.huge])
+
+
+@pytest.fixture
+def catalog(world: Any) -> Catalog:
+    return Catalog(world)

@@ -1,0 +1,72 @@
+"""On PostgreSQL, simultaneous launches never exceed a quota nor share a whole GPU."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from scheduling.models import Allocation, GpuDevice
+from tenants import services as tenant_services
+from tenants.choices import Role
+from tests.marks import requires_postgres
+from workloads import services
+from workloads.choices import State
+from workloads.models import Workload
+
+pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
+
+
+def launch_all(users, template, flavor) -> None:
+    start = threading.Barrier(len(users))
+
+    def launch(user) -> None:
+        try:
+            start.wait()
+            services.launch_environment(actor=user, template=template, flavor=flavor)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=launch, args=(u,)) for u in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+
+def students(world, n: int):
+    people = []
+    for i in range(n):
+        user = get_user_model().objects.create_user(username=f"s{i:02d}")
+        tenant_services.set_membership(
+            actor=world.root, tenant=world.class_a, user=user, role=Role.STUDENT
+        )
+        people.append(user)
+    return people
+
+
+def test_fifty_simultaneous_launches_against_a_quota_of_ten_admit_exactly_ten(
+    world, catalog, backend
+) -> None:
+    world.quota(world.class_a, environments=10)
+    launch_all(students(world, 50), catalog.jupyter, catalog.small)
+
+    by_state = {s: Workload.objects.filter(state=s).count() for s in State.values}
+    assert by_state[State.STARTING] == 10
+    assert by_state[State.QUEUED] == 40
+    world.class_a.quota.refresh_from_db()
+    assert world.class_a.quota.used_environments == 10
+    queued = Workload.objects.filter(state=State.QUEUED).first()
+    assert queued.reason.startswith("waiting for quota: class ML-101: 10 of 10 environments")
+
+
+def test_simultaneous_gpu_launches_never_get_the_same_gpu(world, catalog, backend) -> None:
+    for i in range(2, 6):
+        GpuDevice.objects.create(node=catalog.node, index=i, model="A100", memory_mib=40960)
+    launch_all(students(world, 12), catalog.jupyter, catalog.gpu)
+
+    devices = list(Allocation.objects.values_list("device_id", flat=True))
+    assert len(devices) == 6 and len(set(devices)) == 6
+    assert Workload.objects.filter(state=State.QUEUED).count() == 6

@@ -1,0 +1,222 @@
+"""REST API: the catalog, grants, the App Center and workloads (launch, jobs, stop, logs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.audit import record
+from scheduling.backends.registry import get_backend
+from tenants.permissions import Access
+from workloads import services
+from workloads.api import serializers as s
+from workloads.choices import WorkloadKind
+from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
+from workloads.permissions import can_control, visible_grants, visible_workloads
+
+
+class CatalogPermission(permissions.BasePermission):
+    """Everyone signed in reads the catalog; superusers (platform admins) change it."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or request.user.is_superuser
+
+
+class _Catalog(viewsets.ModelViewSet):
+    permission_classes = [CatalogPermission]
+    lookup_field = "slug"
+
+    def perform_create(self, serializer: Any) -> None:
+        instance = serializer.save()
+        record(f"{instance._meta.model_name}.create", actor=self.request.user, target=instance)
+
+    def perform_update(self, serializer: Any) -> None:
+        instance = serializer.save()
+        record(f"{instance._meta.model_name}.update", actor=self.request.user, target=instance)
+
+    def perform_destroy(self, instance: Any) -> None:
+        record(f"{instance._meta.model_name}.delete", actor=self.request.user, target=instance)
+        instance.delete()
+
+
+class ImageViewSet(_Catalog):
+    queryset = Image.objects.all()
+    serializer_class = s.ImageSerializer
+    filterset_fields = ["is_active", "framework"]
+
+
+class FlavorViewSet(_Catalog):
+    queryset = Flavor.objects.all()
+    serializer_class = s.FlavorSerializer
+    filterset_fields = ["is_active", "gpus"]
+
+
+class AppTemplateViewSet(_Catalog):
+    queryset = AppTemplate.objects.select_related("image", "default_flavor").prefetch_related(
+        "allowed_flavors"
+    )
+    serializer_class = s.AppTemplateSerializer
+    filterset_fields = ["is_active", "kind"]
+
+
+class GrantViewSet(viewsets.ModelViewSet):
+    """Templates granted to classes. Teachers grant to the classes they manage."""
+
+    queryset = Grant.objects.none()
+    serializer_class = s.GrantSerializer
+    filterset_fields = ["tenant__slug", "template__slug"]
+
+    def get_queryset(self) -> QuerySet[Grant]:
+        return (
+            Grant.objects.filter(visible_grants(self.request.user))
+            .distinct()
+            .select_related("template", "tenant")
+            .prefetch_related("flavors")
+        )
+
+    def _check(self, tenant: Any) -> None:
+        access = Access.of(self.request.user)
+        if not access.can_view(tenant):
+            raise ValidationError({"tenant": f"no class {tenant.slug!r}"})
+        if not access.can_manage(tenant):
+            raise PermissionDenied(f"You do not manage {tenant.name}.")
+
+    def perform_create(self, serializer: s.GrantSerializer) -> None:
+        self._check(serializer.validated_data["tenant"])
+        grant = serializer.save(created_by=self.request.user)
+        record(
+            "grant.create",
+            actor=self.request.user,
+            target=grant,
+            tenant=grant.tenant,
+            flavors=[f.slug for f in grant.flavors.all()],
+        )
+
+    def perform_update(self, serializer: s.GrantSerializer) -> None:
+        self._check(serializer.instance.tenant)
+        if "tenant" in serializer.validated_data:
+            self._check(serializer.validated_data["tenant"])
+        grant = serializer.save()
+        record("grant.update", actor=self.request.user, target=grant, tenant=grant.tenant)
+
+    def perform_destroy(self, instance: Grant) -> None:
+        self._check(instance.tenant)
+        record("grant.delete", actor=self.request.user, target=instance, tenant=instance.tenant)
+        instance.delete()
+
+
+class AppCenterViewSet(viewsets.GenericViewSet):
+    """What you may launch now: the grants of your classes."""
+
+    queryset = Grant.objects.none()  # for the schema; requests use get_queryset
+    serializer_class = s.GrantSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[Grant]:
+        return services.grants_for(self.request.user)
+
+    def list(self, request: Request) -> Response:
+        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+
+
+class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Your environments and jobs (and, for teachers, their classes')."""
+
+    queryset = Workload.objects.none()
+    serializer_class = s.WorkloadSerializer
+    filterset_fields = ["state", "kind", "tenant__slug", "owner__username"]
+    ordering_fields = ["created_at", "state"]
+
+    def get_queryset(self) -> QuerySet[Workload]:
+        return Workload.objects.filter(visible_workloads(self.request.user)).select_related(
+            "owner", "tenant", "cluster", "template", "flavor"
+        )
+
+    @extend_schema(request=s.LaunchSerializer, responses={201: s.WorkloadSerializer})
+    @action(detail=False, methods=["post"])
+    def launch(self, request: Request) -> Response:
+        """Launch an environment from a granted template."""
+        body = s.LaunchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        workload = services.launch_environment(actor=request.user, **body.validated_data)
+        return Response(
+            self.get_serializer(self._fresh(workload)).data, status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(request=s.JobSerializer, responses={201: s.WorkloadSerializer})
+    @action(detail=False, methods=["post"])
+    def jobs(self, request: Request) -> Response:
+        """Submit a training job (``workers`` > 1: distributed, all-or-nothing)."""
+        body = s.JobSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        tenant = services.member_tenants(request.user).filter(slug=data.pop("tenant")).first()
+        if tenant is None:
+            raise ValidationError({"tenant": "not one of your classes or projects"})
+        workload = services.submit_job(actor=request.user, tenant=tenant, **data)
+        return Response(
+            self.get_serializer(self._fresh(workload)).data, status=status.HTTP_201_CREATED
+        )
+
+    def _fresh(self, workload: Workload) -> Workload:
+        return self.get_queryset().get(pk=workload.pk)
+
+    def _controlled(self) -> Workload:
+        workload = self.get_object()
+        if not can_control(self.request.user, workload):
+            raise PermissionDenied("You cannot act on this workload.")
+        return workload
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str) -> Response:
+        workload = self._controlled()
+        if not workload.is_active:
+            raise ValidationError({"state": f"it is already {workload.state}"})
+        services.stop(actor=request.user, workload=workload)
+        return Response(self.get_serializer(self._fresh(workload)).data)
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str) -> Response:
+        workload = self.get_object()
+        if workload.kind != WorkloadKind.NOTEBOOK:
+            raise ValidationError({"workload": "only environments have a time limit"})
+        services.extend(actor=request.user, workload=workload)
+        return Response(self.get_serializer(self._fresh(workload)).data)
+
+    @extend_schema(responses=s.WorkloadEventSerializer(many=True))
+    @action(detail=True)
+    def events(self, request: Request, pk: str) -> Response:
+        workload = self.get_object()
+        events = workload.events.select_related("actor")
+        return Response(s.WorkloadEventSerializer(events, many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("task", int), OpenApiParameter("offset", int)],
+        responses=s.LogSerializer,
+    )
+    @action(detail=True)
+    def logs(self, request: Request, pk: str) -> Response:
+        """A task's output from ``offset`` on; poll with the returned ``next_offset``."""
+        workload = self._controlled()
+        try:
+            task = int(request.query_params.get("task", 0))
+            offset = int(request.query_params.get("offset", 0))
+        except ValueError:
+            raise ValidationError({"task": "task and offset are whole numbers"}) from None
+        if not 0 <= task < workload.workers or offset < 0:
+            raise ValidationError({"task": f"task is 0 to {workload.workers - 1}"})
+        chunk = get_backend(workload.cluster).logs(services.handle_for(workload), task, offset)
+        return Response(
+            {"text": chunk.text, "next_offset": chunk.next_offset, "tasks": chunk.tasks}
+        )

@@ -1,0 +1,135 @@
+"""Demo catalog: images, flavors, templates and grants for the demo classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenants.models import Tenant
+from workloads.models import AppTemplate, Flavor, Grant, Image
+
+IMAGES = [
+    {
+        "slug": "pytorch-2-13",
+        "name": "PyTorch 2.13",
+        "framework": "PyTorch",
+        "framework_version": "2.13",
+        "tools": ["jupyterlab", "tensorboard", "terminal"],
+        "registry_ref": "quanta/pytorch:2.13-cuda12.4",
+    },
+    {
+        "slug": "python-ds",
+        "name": "Python 3.11 data science",
+        "framework": "scikit-learn",
+        "framework_version": "1.7",
+        "tools": ["jupyterlab", "terminal"],
+        "registry_ref": "quanta/python-ds:3.11",
+    },
+]
+FLAVORS = [
+    {"slug": "cpu-small", "name": "½ CPU, 1 GiB", "cpu_milli": 500, "memory_mib": 1024},
+    {"slug": "cpu-medium", "name": "2 CPU, 4 GiB", "cpu_milli": 2000, "memory_mib": 4096},
+    {
+        "slug": "vgpu-8g",
+        "name": "1 × 8 GiB vGPU, 4 CPU, 16 GiB",
+        "cpu_milli": 4000,
+        "memory_mib": 16384,
+        "gpu_milli": 250,
+        "gpu_memory_mib": 8192,
+    },
+    {
+        "slug": "gpu-1",
+        "name": "1 GPU, 8 CPU, 32 GiB",
+        "cpu_milli": 8000,
+        "memory_mib": 32768,
+        "gpus": 1,
+    },
+    {
+        "slug": "gpu-4-v100",
+        "name": "4 × V100, 32 CPU, 128 GiB",
+        "cpu_milli": 32000,
+        "memory_mib": 131072,
+        "gpus": 4,
+        "gpu_models": ["V100M16", "V100M32"],
+    },
+]
+TEMPLATES = [
+    {
+        "slug": "jupyter-pytorch",
+        "name": "JupyterLab · PyTorch",
+        "kind": "jupyter",
+        "image": "pytorch-2-13",
+        "default": "cpu-small",
+        "allowed": ["cpu-small", "cpu-medium", "vgpu-8g", "gpu-1", "gpu-4-v100"],
+        "description": "JupyterLab with PyTorch; your files persist between sessions.",
+    },
+    {
+        "slug": "jupyter-ds",
+        "name": "JupyterLab · data science",
+        "kind": "jupyter",
+        "image": "python-ds",
+        "default": "cpu-small",
+        "allowed": ["cpu-small", "cpu-medium"],
+    },
+    {
+        "slug": "terminal",
+        "name": "Terminal",
+        "kind": "terminal",
+        "image": "python-ds",
+        "default": "cpu-small",
+        "allowed": ["cpu-small"],
+    },
+    {
+        "slug": "vscode",
+        "name": "VS Code",
+        "kind": "vscode",
+        "image": "pytorch-2-13",
+        "default": "cpu-medium",
+        "allowed": ["cpu-medium", "vgpu-8g"],
+    },
+]
+# class -> (template, flavors, extra)
+GRANTS: list[tuple[str, str, list[str], dict[str, Any]]] = [
+    ("ml-101", "jupyter-pytorch", ["cpu-small", "cpu-medium", "vgpu-8g"], {}),
+    ("ml-101", "terminal", ["cpu-small"], {}),
+    (
+        "dl-201",
+        "jupyter-pytorch",
+        ["cpu-small", "gpu-1", "gpu-4-v100"],
+        {"max_duration_minutes": 480, "member_limit": 2},
+    ),
+    ("dl-201", "vscode", ["cpu-medium"], {}),
+    (
+        "sp-210",
+        "jupyter-ds",
+        ["cpu-small", "cpu-medium"],
+        {"windows": [{"day": d, "start": "08:00", "end": "22:00"} for d in range(5)]},
+    ),
+]
+
+
+def seed(actor: Any) -> None:
+    for image in IMAGES:
+        Image.objects.get_or_create(slug=image["slug"], defaults=image)
+    for flavor in FLAVORS:
+        Flavor.objects.get_or_create(slug=flavor["slug"], defaults=flavor)
+    for t in TEMPLATES:
+        template, created = AppTemplate.objects.get_or_create(
+            slug=t["slug"],
+            defaults={
+                "name": t["name"],
+                "kind": t["kind"],
+                "image": Image.objects.get(slug=t["image"]),
+                "default_flavor": Flavor.objects.get(slug=t["default"]),
+                "description": t.get("description", ""),
+            },
+        )
+        if created:
+            template.allowed_flavors.set(Flavor.objects.filter(slug__in=t["allowed"]))
+    for tenant_slug, template_slug, flavors, extra in GRANTS:
+        tenant = Tenant.objects.get(slug=tenant_slug)
+        template = AppTemplate.objects.get(slug=template_slug)
+        grant, created = Grant.objects.get_or_create(
+            tenant=tenant, template=template, defaults={"created_by": actor, **extra}
+        )
+        if created:
+            grant.flavors.set(Flavor.objects.filter(slug__in=flavors))

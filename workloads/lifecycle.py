@@ -1,0 +1,130 @@
+"""The one way a workload changes state.
+
+``transition`` moves a workload only from the states that may lead to the target
+(``choices.TRANSITIONS``) with a conditional UPDATE, so a duplicate delivery, a late backend
+message or two workers racing change it once. Each move writes an event row with time, actor
+and reason. Entering a terminal state gives back the quota and the allocations in the same
+transaction; listeners (live status, metering) are told after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.models import Allocation
+from workloads.choices import TERMINAL, TRANSITIONS, State
+from workloads.models import Workload, WorkloadEvent
+
+logger = logging.getLogger(__name__)
+
+# Called after commit with (workload, from_state, to_state); live status and billing subscribe.
+_listeners: list[Callable[[Workload, str, str], None]] = []
+
+
+def on_transition(listener: Callable[[Workload, str, str], None]) -> None:
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def transition(
+    workload: Workload | Any,
+    to: str,
+    *,
+    actor: Any = None,
+    reason: str = "",
+    **fields: Any,
+) -> bool:
+    """Move ``workload`` to ``to`` if its current state allows; True if it moved.
+
+    ``fields`` are saved with the move (``exit_code``, ``backend_state``, …). Moving a
+    workload to the state it is already in only updates the reason (a queued workload's
+    reason changes as the cause of waiting does), without an event when nothing changed.
+    """
+    allowed = TRANSITIONS[to]
+    now = timezone.now()
+    pk = workload.pk if isinstance(workload, Workload) else workload
+    with transaction.atomic():
+        current = Workload.objects.select_for_update().get(pk=pk)
+        before = current.state
+        if before not in allowed:
+            logger.info("workload %s: %s → %s refused (from %s)", pk, before, to, before)
+            return False
+        if before == to and current.reason == reason and not fields:
+            return False
+        updates: dict[str, Any] = {"state": to, "reason": reason[:500], "updated_at": now, **fields}
+        if to == State.RUNNING and current.started_at is None:
+            updates["started_at"] = now
+        if to in TERMINAL:
+            updates["finished_at"] = now
+        moved = Workload.objects.filter(pk=pk, state=before).update(**updates)
+        if not moved:
+            return False
+        for name, value in updates.items():
+            setattr(current, name, value)
+        if before != to:
+            WorkloadEvent.objects.create(
+                workload=current,
+                from_state=before,
+                to_state=to,
+                actor=actor if getattr(actor, "pk", None) else None,
+                reason=reason[:500],
+            )
+        if to in TERMINAL:
+            _give_back(current)
+        if isinstance(workload, Workload):
+            for name, value in updates.items():
+                setattr(workload, name, value)
+        transaction.on_commit(lambda: _notify(current, before, to))
+    return True
+
+
+def note(workload: Workload, reason: str, *, actor: Any = None) -> WorkloadEvent:
+    """An event without a state change (an idle warning, an extension)."""
+    return WorkloadEvent.objects.create(
+        workload=workload,
+        from_state=workload.state,
+        to_state=workload.state,
+        reason=reason[:500],
+        actor=actor if getattr(actor, "pk", None) else None,
+    )
+
+
+def _give_back(workload: Workload) -> None:
+    """Release the quota charged at admission and the allocations, exactly once."""
+    from tenants import services as tenant_services
+    from tenants.quota import Request
+
+    Allocation.objects.filter(workload=workload).delete()
+    if not Workload.objects.filter(pk=workload.pk, charged=True).update(charged=False):
+        return
+    workload.charged = False
+    charged = workload.quota_request or {}
+    request = Request(
+        gpus=Decimal(charged.get("gpus", "0")),
+        gpu_memory_mib=int(charged.get("gpu_memory_mib", 0)),
+        cpu_cores=Decimal(charged.get("cpu_cores", "0")),
+        memory_mib=int(charged.get("memory_mib", 0)),
+        environments=int(charged.get("environments", 0)),
+        jobs=int(charged.get("jobs", 0)),
+    )
+    gpu_hours = Decimal(0)
+    if workload.started_at and request.gpus:
+        seconds = Decimal((timezone.now() - workload.started_at).total_seconds())
+        gpu_hours = request.gpus * seconds / 3600
+    tenant_services.release(
+        tenant=workload.tenant, user=workload.owner, request=request, gpu_hours=gpu_hours
+    )
+
+
+def _notify(workload: Workload, before: str, to: str) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(workload, before, to)
+        except Exception:  # a broken listener must not break the lifecycle
+            logger.exception("transition listener %r failed", listener)

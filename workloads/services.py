@@ -1,0 +1,680 @@
+"""Launching, admitting, running, stopping and culling workloads.
+
+Every change goes through here (and ``lifecycle.transition``). The flow:
+
+    launch_environment / submit_job  → Pending, then ``admit`` after commit
+    admit        → Rejected (never fits, not allowed), Queued (why, in plain words) or
+                   Starting (quota charged, resources allocated), then ``submit`` after commit
+    submit       → the backend starts it; ``reconcile`` follows it to Running and to its end
+    stop         → Stopping, then the backend stops it; ``reconcile`` sees Stopped
+    cull         → stops idle and over-time environments (with a warning first)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import shlex
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q, QuerySet, Sum
+from django.utils import timezone
+
+from scheduling.backends.base import (
+    BackendError,
+    Handle,
+    Observation,
+    Phase,
+    Resources,
+    TaskPlacement,
+    WorkloadSpec,
+)
+from scheduling.backends.registry import get_backend
+from scheduling.models import Allocation, Cluster, GpuDevice, Node
+from scheduling.placement import FreeDevice, FreeNode, place
+from tenants import services as tenant_services
+from tenants.models import Membership, Tenant
+from tenants.quota import Request
+from workloads import windows
+from workloads.choices import HOLDING, WAITING, AppKind, State, WorkloadKind
+from workloads.lifecycle import note, transition
+from workloads.models import AppTemplate, Flavor, Grant, Workload
+
+logger = logging.getLogger(__name__)
+
+MAX_WORKERS = 64
+RESERVED_ENV = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "CUDA_VISIBLE_DEVICES",
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+LOCAL_APPS = (AppKind.JUPYTER, AppKind.TERMINAL, AppKind.TENSORBOARD)
+IDLE_WARNING = dt.timedelta(minutes=10)
+SUBMIT_GRACE = dt.timedelta(minutes=2)
+
+
+# --- What a person may launch ------------------------------------------------------------------
+
+
+def member_tenants(user: Any) -> QuerySet[Tenant]:
+    return Tenant.objects.filter(memberships__user=user, is_active=True)
+
+
+def grants_for(user: Any, *, today: dt.date | None = None) -> QuerySet[Grant]:
+    """Grants a person may launch from now: on their active classes, not expired."""
+    today = today or timezone.localdate()
+    return (
+        Grant.objects.filter(tenant__in=member_tenants(user), template__is_active=True)
+        .filter(Q(expires_on__isnull=True) | Q(expires_on__gte=today))
+        .select_related("template", "template__image", "tenant", "cluster")
+        .prefetch_related("flavors")
+    )
+
+
+def default_cluster() -> Cluster:
+    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+    if cluster is None:
+        raise ValidationError({"cluster": "no cluster is configured; ask an admin"})
+    return cluster
+
+
+def launch_environment(
+    *, actor: Any, template: AppTemplate, flavor: Flavor | None = None, name: str = ""
+) -> Workload:
+    """Start a notebook / IDE from a template granted to ``actor``."""
+    grants = [g for g in grants_for(actor) if g.template_id == template.pk]
+    if not grants:
+        raise ValidationError({"template": f"{template.name} is not granted to you"})
+    flavor = flavor or template.default_flavor
+    grant = next((g for g in grants if flavor in g.flavors.all()), None)
+    if grant is None:
+        raise ValidationError({"flavor": f"{flavor.name} is not allowed for {template.name}"})
+    running = Workload.objects.filter(owner=actor, grant=grant, state__in=WAITING + HOLDING)
+    if running.count() >= grant.member_limit:
+        raise ValidationError(
+            {
+                "template": (
+                    f"you already run {grant.member_limit} of {grant.member_limit} allowed "
+                    f"{template.name} environment(s); stop one first"
+                )
+            }
+        )
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            kind=WorkloadKind.NOTEBOOK,
+            name=(name or template.name)[:100],
+            owner=actor,
+            tenant=grant.tenant,
+            cluster=grant.cluster or default_cluster(),
+            template=template,
+            grant=grant,
+            flavor=flavor,
+            image=template.image,
+            env=dict(template.environment),
+            idle_timeout_minutes=grant.idle_timeout_minutes,
+        )
+        note(workload, f"launched {template.name} with {flavor.name}", actor=actor)
+        _after_commit_admit(workload)
+    return workload
+
+
+def parse_command(command: str | Sequence[str]) -> list[str]:
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise ValidationError({"command": f"cannot be read: {exc}"}) from None
+    else:
+        argv = list(command)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ValidationError({"command": "give the command to run, e.g. python train.py"})
+    if len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
+        raise ValidationError({"command": "is too long or contains a NUL character"})
+    return argv
+
+
+def check_env(env: Any) -> dict[str, str]:
+    if env in (None, ""):
+        return {}
+    if not isinstance(env, dict):
+        raise ValidationError({"env": "must be an object of NAME: value"})
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValidationError({"env": f"{key!r} is not a valid variable name"})
+        if key in RESERVED_ENV:
+            raise ValidationError({"env": f"{key} is set by Quanta for each worker"})
+        if not isinstance(value, str | int | float) or len(str(value)) > 4096:
+            raise ValidationError({"env": f"the value of {key} must be a short string"})
+    return {k: str(v) for k, v in env.items()}
+
+
+def submit_job(
+    *,
+    actor: Any,
+    tenant: Tenant,
+    flavor: Flavor,
+    command: str | Sequence[str],
+    name: str = "",
+    env: dict[str, Any] | None = None,
+    workers: int = 1,
+    max_retries: int = 0,
+) -> Workload:
+    """A training job: ``workers`` tasks started together (gang), each running ``command``."""
+    argv = parse_command(command)
+    variables = check_env(env)
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValidationError({"workers": f"must be between 1 and {MAX_WORKERS}"})
+    if not 0 <= max_retries <= 10:
+        raise ValidationError({"max_retries": "must be between 0 and 10"})
+    if not Membership.objects.filter(user=actor, tenant=tenant, tenant__is_active=True).exists():
+        raise ValidationError({"tenant": f"you are not a member of {tenant.slug!r}"})
+    grant = grants_for(actor).filter(tenant=tenant, flavors=flavor).first()
+    if grant is None:
+        raise ValidationError({"flavor": f"{flavor.name} is not granted to {tenant.name}"})
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            kind=WorkloadKind.JOB,
+            name=(name or argv[0])[:100],
+            owner=actor,
+            tenant=tenant,
+            cluster=grant.cluster or default_cluster(),
+            grant=grant,
+            flavor=flavor,
+            image=grant.template.image,
+            command=argv,
+            env=variables,
+            workers=workers,
+            max_retries=max_retries,
+        )
+        note(workload, f"submitted: {shlex.join(argv)[:200]} × {workers}", actor=actor)
+        _after_commit_admit(workload)
+    return workload
+
+
+def _after_commit_admit(workload: Workload) -> None:
+    from workloads import tasks
+
+    workload_id = str(workload.pk)
+    transaction.on_commit(lambda: tasks.admit.delay(workload_id))
+
+
+# --- Admission ---------------------------------------------------------------------------------
+
+
+def resources_for(flavor: Flavor) -> Resources:
+    return Resources(
+        cpu_milli=flavor.cpu_milli,
+        memory_mib=flavor.memory_mib,
+        gpus=flavor.gpus,
+        gpu_milli=flavor.gpu_milli,
+        gpu_memory_mib=flavor.gpu_memory_mib,
+        gpu_models=tuple(flavor.gpu_models or ()),
+    )
+
+
+def quota_request_for(workload: Workload) -> Request:
+    flavor, n = workload.flavor, workload.workers
+    return Request(
+        gpus=flavor.gpu_equivalents * n,
+        gpu_memory_mib=flavor.gpu_memory_mib * n,
+        cpu_cores=Decimal(flavor.cpu_milli) / 1000 * n,
+        memory_mib=flavor.memory_mib * n,
+        environments=1 if workload.kind == WorkloadKind.NOTEBOOK else 0,
+        jobs=1 if workload.kind == WorkloadKind.JOB else 0,
+    )
+
+
+def free_nodes(cluster: Cluster, *, lock: bool) -> list[FreeNode]:
+    """The cluster's nodes with what is free on each. With ``lock``, the node rows stay
+    locked until the transaction ends: admissions to one cluster run one at a time."""
+    nodes_qs = Node.objects.filter(cluster=cluster, gone_at__isnull=True).order_by("pk")
+    if lock:
+        nodes_qs = nodes_qs.select_for_update()
+    nodes = list(nodes_qs)
+    node_use = {
+        row["node"]: row
+        for row in Allocation.objects.filter(node__in=nodes)
+        .values("node")
+        .annotate(cpu=Sum("cpu_milli"), mem=Sum("memory_mib"))
+    }
+    device_use = {
+        row["device"]: row
+        for row in Allocation.objects.filter(node__in=nodes, device__isnull=False)
+        .values("device")
+        .annotate(milli=Sum("gpu_milli"), mem=Sum("gpu_memory_mib"))
+    }
+    devices: dict[int, list[FreeDevice]] = defaultdict(list)
+    for d in GpuDevice.objects.filter(node__in=nodes).order_by("node", "index"):
+        used = device_use.get(d.pk, {})
+        devices[d.node_id].append(
+            FreeDevice(
+                d.pk,
+                d.index,
+                d.model,
+                d.memory_mib,
+                1000 - (used.get("milli") or 0),
+                d.memory_mib - (used.get("mem") or 0),
+            )
+        )
+    return [
+        FreeNode(
+            n.pk,
+            n.name,
+            n.cpu_milli,
+            n.memory_mib,
+            n.cpu_milli - (node_use.get(n.pk, {}).get("cpu") or 0),
+            n.memory_mib - (node_use.get(n.pk, {}).get("mem") or 0),
+            schedulable=not n.cordoned,
+            devices=devices[n.pk],
+        )
+        for n in nodes
+    ]
+
+
+def admit(workload_id: str) -> str:
+    """Decide a waiting workload: Rejected, Queued (with the reason) or Starting."""
+    with transaction.atomic():
+        workload = (
+            Workload.objects.select_for_update(of=("self",))
+            .select_related("flavor", "grant", "template", "cluster", "tenant", "owner")
+            .get(pk=workload_id)
+        )
+        if workload.state not in WAITING:
+            return workload.state
+        decision = _admit_locked(workload)
+    return decision
+
+
+def _admit_locked(workload: Workload) -> str:
+    cluster, grant = workload.cluster, workload.grant
+    if (
+        cluster.backend == "local"
+        and workload.template
+        and workload.template.kind not in LOCAL_APPS
+    ):
+        transition(
+            workload,
+            State.REJECTED,
+            reason=(
+                f"{workload.template.get_kind_display()} needs a Kubernetes cluster; "
+                f"{cluster.name} runs JupyterLab, terminals and TensorBoard"
+            ),
+        )
+        return State.REJECTED
+    if grant is not None:
+        if grant.expires_on and grant.expires_on < timezone.localdate():
+            transition(
+                workload,
+                State.REJECTED,
+                reason=f"the grant for {grant.template} expired on {grant.expires_on}",
+            )
+            return State.REJECTED
+        if not windows.is_open(grant.windows):
+            transition(
+                workload,
+                State.QUEUED,
+                reason=(f"waiting for the grant's time window ({windows.describe(grant.windows)})"),
+            )
+            return State.QUEUED
+    request = quota_request_for(workload)
+    nodes = free_nodes(cluster, lock=True)
+    placement = place(
+        nodes, resources_for(workload.flavor), workload.workers, cluster.placement_policy
+    )
+    if placement.permanent:
+        transition(workload, State.REJECTED, reason=placement.reason)
+        return State.REJECTED
+    if not placement.placed:
+        refusal = tenant_services.check_quota(
+            tenant=workload.tenant, user=workload.owner, request=request
+        )
+        transition(
+            workload,
+            State.QUEUED,
+            reason=f"waiting for quota: {refusal.message}" if refusal else placement.reason,
+        )
+        return State.QUEUED
+    try:
+        tenant_services.reserve(tenant=workload.tenant, user=workload.owner, request=request)
+    except tenant_services.QuotaExceeded as exc:
+        transition(workload, State.QUEUED, reason=f"waiting for quota: {exc.refusal.message}")
+        return State.QUEUED
+    rows = []
+    for task, slot in enumerate(placement.tasks):
+        res = workload.flavor
+        if not slot.devices:
+            rows.append(
+                Allocation(
+                    workload=workload,
+                    task=task,
+                    node_id=slot.node.node_id,
+                    cpu_milli=res.cpu_milli,
+                    memory_mib=res.memory_mib,
+                )
+            )
+        for i, (device, milli, memory) in enumerate(slot.devices):
+            rows.append(
+                Allocation(
+                    workload=workload,
+                    task=task,
+                    node_id=slot.node.node_id,
+                    device_id=device.device_id,
+                    gpu_milli=milli,
+                    gpu_memory_mib=memory,
+                    cpu_milli=res.cpu_milli if i == 0 else 0,
+                    memory_mib=res.memory_mib if i == 0 else 0,
+                )
+            )
+    Allocation.objects.bulk_create(rows)
+    charged = {k: str(v) for k, v in vars(request).items()}
+    where = ", ".join(sorted({slot.node.name for slot in placement.tasks}))
+    transition(
+        workload, State.STARTING, reason=f"starting on {where}", quota_request=charged, charged=True
+    )
+    workload_id = str(workload.pk)
+    from workloads import tasks
+
+    transaction.on_commit(lambda: tasks.submit.delay(workload_id))
+    return State.STARTING
+
+
+def admit_queued(cluster: Cluster | None = None) -> int:
+    """Try the waiting workloads again, oldest first (capacity or quota may have freed)."""
+    waiting = Workload.objects.filter(state__in=WAITING)
+    if cluster is not None:
+        waiting = waiting.filter(cluster=cluster)
+    started = 0
+    for workload_id in waiting.order_by("created_at").values_list("pk", flat=True):
+        started += admit(str(workload_id)) == State.STARTING
+    return started
+
+
+# --- Running on the backend --------------------------------------------------------------------
+
+
+def home_dir(user: Any) -> str:
+    return str(settings.DATA_DIR / "home" / user.username)
+
+
+def spec_for(workload: Workload) -> WorkloadSpec:
+    allocations = list(workload.allocations.select_related("node", "device").order_by("task"))
+    by_task: dict[int, list[Allocation]] = defaultdict(list)
+    for allocation in allocations:
+        by_task[allocation.task].append(allocation)
+    placement = tuple(
+        TaskPlacement(
+            node=rows[0].node.name, gpu_indices=tuple(a.device.index for a in rows if a.device)
+        )
+        for _task, rows in sorted(by_task.items())
+    )
+    template = workload.template
+    return WorkloadSpec(
+        workload_id=str(workload.pk),
+        kind=workload.kind,
+        app=template.kind if template else "command",
+        owner=workload.owner.username,
+        command=tuple(workload.command),
+        env={**(template.environment if template else {}), **workload.env},
+        resources=resources_for(workload.flavor),
+        workers=workload.workers,
+        max_retries=workload.max_retries,
+        attempt=workload.attempt,
+        image=workload.image.registry_ref if workload.image else "",
+        base_url=workload.open_path,
+        working_dir=home_dir(workload.owner),
+        placement=placement,
+        labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
+    )
+
+
+def handle_for(workload: Workload) -> Handle:
+    return Handle(str(workload.pk), dict(workload.backend_state or {}))
+
+
+def submit(workload_id: str) -> None:
+    """Hand a Starting workload to its backend (idempotent: a retry starts it once)."""
+    workload = Workload.objects.select_related(
+        "cluster", "flavor", "template", "image", "owner", "tenant"
+    ).get(pk=workload_id)
+    if workload.state != State.STARTING:
+        return
+    try:
+        handle = get_backend(workload.cluster).submit(spec_for(workload))
+    except BackendError as exc:
+        if exc.transient:
+            raise
+        transition(workload, State.FAILED, reason=str(exc))
+        return
+    Workload.objects.filter(pk=workload.pk, state=State.STARTING).update(backend_state=handle.state)
+
+
+def stop(*, actor: Any, workload: Workload, reason: str = "") -> bool:
+    """Stop a workload: a waiting one at once, a running one through its backend."""
+    who = getattr(actor, "username", None) or "the portal"
+    reason = reason or f"stopped by {who}"
+    if workload.state in WAITING:
+        return transition(workload, State.STOPPED, actor=actor, reason=reason)
+    if not transition(workload, State.STOPPING, actor=actor, reason=reason):
+        return False
+    from workloads import tasks
+
+    workload_id = str(workload.pk)
+    transaction.on_commit(lambda: tasks.stop.delay(workload_id))
+    return True
+
+
+def stop_on_backend(workload_id: str) -> None:
+    workload = Workload.objects.select_related("cluster").get(pk=workload_id)
+    if workload.state != State.STOPPING:
+        return
+    get_backend(workload.cluster).stop(handle_for(workload))
+    reconcile(workload.cluster, only=[workload])
+
+
+def extend(*, actor: Any, workload: Workload) -> dt.datetime:
+    """Push a running environment's deadline out by the grant's maximum duration."""
+    grant = workload.grant
+    if workload.owner_id != actor.pk:
+        raise ValidationError({"workload": "only its owner can extend an environment"})
+    if workload.state != State.RUNNING or grant is None:
+        raise ValidationError({"workload": "only a running environment can be extended"})
+    if workload.extensions >= grant.max_extensions:
+        raise ValidationError(
+            {
+                "workload": (
+                    f"already extended {workload.extensions} time(s), the most the grant allows"
+                )
+            }
+        )
+    deadline = timezone.now() + dt.timedelta(minutes=grant.max_duration_minutes)
+    Workload.objects.filter(pk=workload.pk).update(
+        deadline_at=deadline, extensions=workload.extensions + 1
+    )
+    workload.deadline_at, workload.extensions = deadline, workload.extensions + 1
+    note(workload, f"extended until {timezone.localtime(deadline):%H:%M}", actor=actor)
+    return deadline
+
+
+# --- Following the backend ---------------------------------------------------------------------
+
+
+def reconcile(cluster: Cluster, *, only: Iterable[Workload] | None = None) -> None:
+    """Compare what the database says runs with what the backend says, and fix the
+    difference: follow transitions, restart or fail jobs, stop orphans."""
+    backend = get_backend(cluster)
+    holding = (
+        list(only)
+        if only is not None
+        else list(
+            Workload.objects.filter(cluster=cluster, state__in=HOLDING).select_related(
+                "grant", "flavor"
+            )
+        )
+    )
+    observed = backend.observe([handle_for(w) for w in holding]) if holding else {}
+    for workload in holding:
+        observation = observed.get(str(workload.pk))
+        if observation is not None:
+            apply_observation(workload, observation)
+    if only is None:
+        known = {str(w.pk) for w in holding}
+        for orphan in backend.running() - known:
+            logger.warning("stopping orphan workload %s on %s", orphan, cluster.slug)
+            backend.stop(Handle(orphan, {}))
+
+
+def apply_observation(workload: Workload, obs: Observation) -> None:
+    state = workload.state
+    if obs.last_activity and obs.last_activity != workload.last_activity_at:
+        Workload.objects.filter(pk=workload.pk).update(last_activity_at=obs.last_activity)
+        workload.last_activity_at = obs.last_activity
+    if obs.phase == Phase.RUNNING and state == State.STARTING:
+        deadline = None
+        if workload.kind == WorkloadKind.NOTEBOOK and workload.grant:
+            deadline = timezone.now() + dt.timedelta(minutes=workload.grant.max_duration_minutes)
+        transition(workload, State.RUNNING, reason=obs.reason or "running", deadline_at=deadline)
+    elif obs.phase == Phase.SUCCEEDED:
+        transition(
+            workload, State.SUCCEEDED, reason=obs.reason or "finished", exit_code=obs.exit_code
+        )
+    elif obs.phase == Phase.FAILED:
+        if (
+            workload.kind == WorkloadKind.JOB
+            and state != State.STOPPING
+            and workload.attempt < workload.max_retries
+        ):
+            _retry(workload, obs)
+        else:
+            transition(
+                workload, State.FAILED, reason=obs.reason or "failed", exit_code=obs.exit_code
+            )
+    elif obs.phase == Phase.STOPPED:
+        transition(
+            workload,
+            State.STOPPED,
+            reason=workload.reason if state == State.STOPPING else "stopped outside the portal",
+        )
+    elif obs.phase == Phase.UNKNOWN and state == State.STARTING:
+        # Admitted but never handed over (a worker died between the two): hand it over again.
+        if timezone.now() - workload.updated_at > SUBMIT_GRACE:
+            from workloads import tasks
+
+            Workload.objects.filter(pk=workload.pk).update(updated_at=timezone.now())
+            tasks.submit.delay(str(workload.pk))
+    elif obs.phase == Phase.UNKNOWN:
+        if state == State.STOPPING:
+            transition(workload, State.STOPPED, reason=workload.reason)
+        else:
+            transition(
+                workload, State.FAILED, reason="lost: the cluster no longer knows this workload"
+            )
+
+
+def _retry(workload: Workload, obs: Observation) -> None:
+    attempt = workload.attempt + 1
+    reason = (
+        f"restarting after a failure ({obs.reason or 'failed'}): attempt {attempt + 1} "
+        f"of {workload.max_retries + 1}"
+    )
+    was = workload.state
+    if transition(workload, State.STARTING, reason=reason, attempt=attempt):
+        if was == State.STARTING:  # no state change, but the restart belongs in the timeline
+            note(workload, reason)
+        from workloads import tasks
+
+        workload_id = str(workload.pk)
+        transaction.on_commit(lambda: tasks.submit.delay(workload_id))
+
+
+def cull(now: dt.datetime | None = None) -> list[str]:
+    """Stop environments past their deadline or idle past the grant's limit (warn first)."""
+    now = now or timezone.now()
+    stopped = []
+    running = Workload.objects.filter(state=State.RUNNING, kind=WorkloadKind.NOTEBOOK)
+    for workload in running.select_related("grant"):
+        if workload.deadline_at and workload.deadline_at <= now:
+            minutes = workload.grant.max_duration_minutes if workload.grant else 0
+            if stop(
+                actor=None,
+                workload=workload,
+                reason=f"reached its maximum duration ({minutes} minutes)",
+            ):
+                stopped.append(str(workload.pk))
+            continue
+        if not workload.idle_timeout_minutes:
+            continue
+        limit = dt.timedelta(minutes=workload.idle_timeout_minutes)
+        last = workload.last_activity_at or workload.started_at or workload.created_at
+        idle = now - last
+        if idle >= limit:
+            if stop(
+                actor=None,
+                workload=workload,
+                reason=f"idle for {workload.idle_timeout_minutes} minutes",
+            ):
+                stopped.append(str(workload.pk))
+        elif idle >= limit - IDLE_WARNING and (
+            workload.idle_warned_at is None or workload.idle_warned_at < last
+        ):
+            left = max(1, int((limit - idle).total_seconds() // 60))
+            Workload.objects.filter(pk=workload.pk).update(idle_warned_at=now)
+            note(workload, f"idle: stops in {left} minutes unless used")
+    return stopped
+
+
+def expire_grants(today: dt.date | None = None) -> int:
+    """Waiting workloads of expired grants are rejected; running ones are stopped."""
+    today = today or timezone.localdate()
+    ended = 0
+    for workload in Workload.objects.filter(
+        state__in=(*WAITING, State.STARTING, State.RUNNING), grant__expires_on__lt=today
+    ):
+        reason = f"the grant expired on {workload.grant.expires_on}"  # type: ignore[union-attr]
+        if workload.state in WAITING:
+            ended += transition(workload, State.REJECTED, reason=reason)
+        else:
+            ended += stop(actor=None, workload=workload, reason=reason)
+    return ended
+
+
+def sync_nodes(cluster: Cluster) -> None:
+    """Bring the cluster's node and GPU rows in line with what its backend reports."""
+    reported = {n.name: n for n in get_backend(cluster).nodes()}
+    overcommit = float((cluster.config or {}).get("cpu_overcommit", 1))
+    now = timezone.now()
+    with transaction.atomic():
+        for name, info in reported.items():
+            node, _ = Node.objects.update_or_create(
+                cluster=cluster,
+                name=name,
+                defaults={
+                    "cpu_milli": int(info.cpu_milli * overcommit),
+                    "memory_mib": info.memory_mib,
+                    "labels": dict(info.labels),
+                    "gone_at": None,
+                },
+            )
+            seen = set()
+            for gpu in info.gpus:
+                GpuDevice.objects.update_or_create(
+                    node=node,
+                    index=gpu.index,
+                    defaults={"model": gpu.model, "memory_mib": gpu.memory_mib, "uuid": gpu.uuid},
+                )
+                seen.add(gpu.index)
+            GpuDevice.objects.filter(node=node).exclude(index__in=seen).delete()
+        Node.objects.filter(cluster=cluster, gone_at__isnull=True).exclude(
+            name__in=reported
+        ).update(gone_at=now)
