@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (authenticated)."""
+"""ASGI entry point: HTTP through Django (except the notebook proxy, /nb/…), WebSockets through
+Channels (authenticated)."""
 
 import os
 
@@ -10,12 +11,14 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from portal.routing import websocket_urlpatterns  # noqa: E402
+from workloads.routing import http_urlpatterns as notebook_http_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": URLRouter([*notebook_http_urlpatterns, re_path(r"", django_asgi_app)]),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

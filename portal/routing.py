@@ -2,5 +2,7 @@
 
 from django.urls import URLPattern
 
+from workloads.routing import websocket_urlpatterns as notebook_websocket_urlpatterns
+
 # Live status (workloads, logs, classes, inventory) registers here as those apps grow.
-websocket_urlpatterns: list[URLPattern] = []
+websocket_urlpatterns: list[URLPattern] = [*notebook_websocket_urlpatterns]

@@ -151,8 +151,7 @@ class Backend(Protocol):
         """Where a notebook serves, once it does."""
         ...
 
-    def logs(self, handle: Handle, task: int = 0, offset: int = 0,
-             limit: int = 65536) -> LogChunk:
+    def logs(self, handle: Handle, task: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
         """A task's output from ``offset`` on."""
         ...
 

@@ -25,7 +25,7 @@ from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
-    requires_postgres,
+    requires_shared_database,
     requires_redis,
     pytest.mark.celery_worker,
     pytest.mark.django_db(transaction=True),
