@@ -254,6 +254,12 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "SAMEORIGIN"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# Notebook kernels send large outputs (plots, dataframes) in one WebSocket message; daphne's
+# default cap of 1 MiB would cut them off. `manage.py serve` reads these; production passes the
+# same numbers to daphne on its command line (docker-compose.yml).
+DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 64 * 1024 * 1024
+
 # Personal API tokens: how often (seconds) the last-used time is written at most.
 API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)
 

@@ -116,8 +116,8 @@ class Decision:
 
 def decide(user: Any, workload_id: str) -> Decision:
     """Who may open ``/nb/<workload_id>/``, and where it goes. Sync: database and backend."""
-    from tenants.permissions import Access
     from workloads.models import Workload
+    from workloads.permissions import can_control
 
     if not getattr(user, "is_authenticated", False):
         return Decision("login")
@@ -130,7 +130,7 @@ def decide(user: Any, workload_id: str) -> Decision:
     workload = Workload.objects.select_related("tenant", "cluster").filter(pk=pk).first()
     if workload is None:
         return Decision("missing")
-    if workload.owner_id != user.pk and not Access.of(user).can_manage(workload.tenant):
+    if not can_control(user, workload):
         return Decision("missing")
     if workload.state == State.STARTING:
         return Decision("starting")
