@@ -1,0 +1,156 @@
+"""The core promise, end to end on this host: bob launches JupyterLab from a granted template,
+the local backend starts a real server, the portal sees it Running, bob opens it through the
+proxy and runs a cell over the kernel WebSocket; charlie gets 404; stopping leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import HttpCommunicator, WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from portal.asgi import application
+from scheduling.backends import registry
+from scheduling.models import Cluster
+from workloads import services
+from workloads.choices import State
+from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
+
+
+def cookie_for(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+async def fetch(method: str, path: str, cookie: str, body: bytes = b"") -> dict[str, Any]:
+    headers = [(b"host", b"localhost"), (b"cookie", cookie.encode())]
+    if body:
+        headers.append((b"content-type", b"application/json"))
+    communicator = HttpCommunicator(application, method, path, body=body, headers=headers)
+    response = await communicator.get_response(timeout=30)
+    await communicator.wait(timeout=5)
+    return response
+
+
+def setup_catalog(world: Any) -> tuple[Cluster, AppTemplate]:
+    cluster = Cluster.objects.create(
+        name="This host",
+        slug="host",
+        backend="local",
+        is_default=True,
+        config={"cpu_overcommit": 4},
+    )
+    services.sync_nodes(cluster)
+    image = Image.objects.create(name="Python", slug="py")
+    flavor = Flavor.objects.create(name="small", slug="small", cpu_milli=500, memory_mib=512)
+    template = AppTemplate.objects.create(
+        name="JupyterLab", slug="lab", kind="jupyter", image=image, default_flavor=flavor
+    )
+    template.allowed_flavors.set([flavor])
+    grant = Grant.objects.create(template=template, tenant=world.class_a)
+    grant.flavors.set([flavor])
+    return cluster, template
+
+
+def wait_for(cluster: Cluster, workload: Workload, state: str, timeout: float) -> Workload:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.reconcile(cluster)
+        workload.refresh_from_db()
+        if workload.state == state:
+            return workload
+        time.sleep(0.25)
+    raise AssertionError(f"still {workload.state}: {workload.reason}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_student_launches_jupyterlab_opens_it_and_runs_a_cell(
+    world: Any, tmp_path: Any, settings: Any
+) -> None:
+    settings.DATA_DIR = tmp_path
+    registry.forget()
+    cluster, template = await database_sync_to_async(setup_catalog)(world)
+    try:
+        workload = await database_sync_to_async(services.launch_environment)(
+            actor=world.bob, template=template
+        )
+        workload = await database_sync_to_async(wait_for)(cluster, workload, State.RUNNING, 90)
+        base = workload.open_path
+        bob = await database_sync_to_async(cookie_for)(world.bob)
+        charlie = await database_sync_to_async(cookie_for)(world.charlie)
+
+        page = await fetch("GET", base + "lab", bob)
+        assert page["status"] == 200 and b"JupyterLab" in page["body"]
+        assert workload.backend_state["token"].encode() not in page["body"]
+        assert (await fetch("GET", base + "lab", charlie))["status"] == 404
+
+        created = await fetch("POST", base + "api/kernels", bob, b'{"name": "python3"}')
+        assert created["status"] == 201, created["body"][:300]
+        kernel = json.loads(created["body"])["id"]
+        session = uuid.uuid4().hex
+        ws = WebsocketCommunicator(
+            application,
+            f"{base}api/kernels/{kernel}/channels?session_id={session}",
+            headers=[
+                (b"host", b"localhost"),
+                (b"origin", b"http://localhost"),
+                (b"cookie", bob.encode()),
+            ],
+        )
+        connected, _ = await ws.connect(timeout=20)
+        assert connected
+        msg_id = uuid.uuid4().hex
+        await ws.send_json_to(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "username": "bob",
+                    "session": session,
+                    "date": "2026-01-01T00:00:00Z",
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "buffers": [],
+                "channel": "shell",
+                "content": {
+                    "code": "print(6*7)",
+                    "silent": False,
+                    "store_history": False,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                    "stop_on_error": True,
+                },
+            }
+        )
+        output = None
+        deadline = time.monotonic() + 60
+        while output is None and time.monotonic() < deadline:
+            message = json.loads(await ws.receive_from(timeout=60))
+            if (
+                message.get("msg_type") == "stream"
+                and message["parent_header"].get("msg_id") == msg_id
+            ):
+                output = message["content"]["text"]
+        await ws.disconnect()
+        assert output == "42\n"
+    finally:
+        await database_sync_to_async(_stop_all)(world, cluster)
+    backend = registry.get_backend(cluster)
+    assert backend.running() == set()
+    registry.forget()
+
+
+def _stop_all(world: Any, cluster: Cluster) -> None:
+    for workload in Workload.objects.filter(state__in=(State.STARTING, State.RUNNING)):
+        services.stop(actor=world.bob, workload=workload)
+        wait_for(cluster, workload, State.STOPPED, 60)
