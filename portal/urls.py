@@ -24,5 +24,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("oidc/", include("mozilla_django_oidc.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
+    path("", include("workloads.urls")),
     path("", include("tenants.urls")),
 ]

@@ -1,0 +1,106 @@
+"""The minimal workload pages: App Center, launch, list, detail, stop, job form."""
+
+from __future__ import annotations
+
+import pytest
+
+from workloads.choices import State
+from workloads.models import Workload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def signed_in(client):
+    def as_user(user):
+        client.force_login(user)
+        return client
+
+    return as_user
+
+
+def test_the_app_center_shows_what_was_granted(world, catalog, signed_in) -> None:
+    assert "JupyterLab" in signed_in(world.bob).get("/apps/").content.decode()
+    assert "JupyterLab" not in signed_in(world.charlie).get("/apps/").content.decode()
+
+
+def test_launching_from_the_app_center_opens_the_workload_page(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        response = signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
+    workload = Workload.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/workloads/{workload.pk}/"
+    page = signed_in(world.bob).get(response["Location"]).content.decode()
+    assert "Starting" in page and "starting on gpu-host" in page
+
+
+def test_an_ungranted_launch_says_why_and_creates_nothing(world, catalog, signed_in) -> None:
+    response = signed_in(world.charlie).post(
+        "/apps/jupyter/launch/", {"flavor": catalog.small.pk}, follow=True
+    )
+    assert "is not granted to you" in response.content.decode()
+    assert not Workload.objects.exists()
+
+
+def test_the_outsider_cannot_open_or_stop_the_workload_page(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
+    workload = Workload.objects.get()
+    client = signed_in(world.charlie)
+    assert client.get(f"/workloads/{workload.pk}/").status_code == 404
+    assert client.post(f"/workloads/{workload.pk}/stop/").status_code == 404
+    workload.refresh_from_db()
+    assert workload.state == State.STARTING
+
+
+def test_the_teacher_stops_a_students_session_from_its_page(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
+    workload = Workload.objects.get()
+    assert "bob" in signed_in(world.alice).get("/workloads/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in(world.alice).post(f"/workloads/{workload.pk}/stop/")
+    workload.refresh_from_db()
+    assert workload.state == State.STOPPED
+
+
+def test_the_job_form_reports_bad_input_on_its_fields(world, catalog, signed_in) -> None:
+    response = signed_in(world.bob).post(
+        "/workloads/new-job/",
+        {
+            "tenant": world.class_a.pk,
+            "flavor": catalog.small.pk,
+            "command": "python 'x",
+            "workers": 1,
+            "max_retries": 0,
+            "env": "RANK=1",
+        },
+    )
+    page = response.content.decode()
+    assert response.status_code == 200 and "cannot be read" in page
+    assert not Workload.objects.exists()
+
+
+def test_a_job_submitted_from_the_form_shows_its_logs(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        response = signed_in(world.bob).post(
+            "/workloads/new-job/",
+            {
+                "tenant": world.class_a.pk,
+                "flavor": catalog.small.pk,
+                "command": "python train.py",
+                "workers": 2,
+                "max_retries": 0,
+                "env": "EPOCHS=3",
+            },
+        )
+    assert response.status_code == 302
+    page = signed_in(world.bob).get(response["Location"] + "?task=1").content.decode()
+    assert "log of task 1" in page and "worker 1" in page

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from workloads import views
+
+urlpatterns = [
+    path("apps/", views.app_center, name="app-center"),
+    path("apps/<slug:slug>/launch/", views.launch, name="launch"),
+    path("workloads/", views.workload_list, name="workloads"),
+    path("workloads/new-job/", views.new_job, name="new-job"),
+    path("workloads/<uuid:pk>/", views.workload_detail, name="workload"),
+    path("workloads/<uuid:pk>/stop/", views.stop, name="workload-stop"),
+    path("workloads/<uuid:pk>/extend/", views.extend, name="workload-extend"),
+]

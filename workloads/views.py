@@ -1,0 +1,138 @@
+"""Minimal pages: App Center, my workloads, a workload's page, a job form. Every change goes
+through the same services as the API."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from scheduling.backends.registry import get_backend
+from workloads import services
+from workloads.choices import ACTIVE
+from workloads.forms import JobForm, LaunchForm
+from workloads.models import AppTemplate, Flavor, Workload
+from workloads.permissions import can_control, visible_workloads
+
+
+def _errors(request: HttpRequest, exc: ValidationError) -> None:
+    for field_errors in exc.message_dict.values():
+        for error in field_errors:
+            messages.error(request, error)
+
+
+@login_required
+def app_center(request: HttpRequest) -> HttpResponse:
+    grants = list(services.grants_for(request.user))
+    cards = [
+        {
+            "grant": g,
+            "form": LaunchForm(
+                flavors=g.flavors.all(), initial={"flavor": g.template.default_flavor}
+            ),
+        }
+        for g in grants
+    ]
+    return render(request, "workloads/app_center.html", {"cards": cards})
+
+
+@login_required
+@require_POST
+def launch(request: HttpRequest, slug: str) -> HttpResponse:
+    template = get_object_or_404(AppTemplate, slug=slug, is_active=True)
+    form = LaunchForm(request.POST, flavors=Flavor.objects.filter(is_active=True))
+    if not form.is_valid():
+        messages.error(request, _("Choose a size."))
+        return redirect("app-center")
+    try:
+        workload = services.launch_environment(
+            actor=request.user, template=template, flavor=form.cleaned_data["flavor"]
+        )
+    except ValidationError as exc:
+        _errors(request, exc)
+        return redirect("app-center")
+    return redirect("workload", pk=workload.pk)
+
+
+@login_required
+def workload_list(request: HttpRequest) -> HttpResponse:
+    workloads = Workload.objects.filter(visible_workloads(request.user)).select_related(
+        "owner", "tenant", "template", "flavor"
+    )[:200]
+    active = any(w.state in ACTIVE for w in workloads)
+    return render(request, "workloads/list.html", {"workloads": workloads, "refresh": active})
+
+
+def _controlled(request: HttpRequest, pk: str) -> Workload:
+    workload = (
+        Workload.objects.filter(visible_workloads(request.user))
+        .select_related("owner", "tenant", "cluster", "template", "flavor", "grant")
+        .filter(pk=pk)
+        .first()
+    )
+    if workload is None or not can_control(request.user, workload):
+        raise Http404
+    return workload
+
+
+@login_required
+def workload_detail(request: HttpRequest, pk: str) -> HttpResponse:
+    workload = _controlled(request, pk)
+    try:
+        task = max(0, min(int(request.GET.get("task", 0)), workload.workers - 1))
+    except ValueError:
+        task = 0
+    logs = ""
+    if workload.backend_state:
+        logs = get_backend(workload.cluster).logs(services.handle_for(workload), task).text
+    return render(
+        request,
+        "workloads/detail.html",
+        {
+            "workload": workload,
+            "events": workload.events.select_related("actor"),
+            "logs": logs[-20000:],
+            "task": task,
+            "tasks": range(workload.workers),
+            "refresh": workload.state in ACTIVE,
+        },
+    )
+
+
+@login_required
+@require_POST
+def stop(request: HttpRequest, pk: str) -> HttpResponse:
+    workload = _controlled(request, pk)
+    services.stop(actor=request.user, workload=workload)
+    return redirect("workload", pk=workload.pk)
+
+
+@login_required
+@require_POST
+def extend(request: HttpRequest, pk: str) -> HttpResponse:
+    workload = _controlled(request, pk)
+    try:
+        services.extend(actor=request.user, workload=workload)
+    except ValidationError as exc:
+        _errors(request, exc)
+    return redirect("workload", pk=workload.pk)
+
+
+@login_required
+def new_job(request: HttpRequest) -> HttpResponse:
+    tenants = services.member_tenants(request.user)
+    flavors = Flavor.objects.filter(grants__in=services.grants_for(request.user)).distinct()
+    form = JobForm(request.POST or None, tenants=tenants, flavors=flavors)
+    if request.method == "POST" and form.is_valid():
+        try:
+            workload = services.submit_job(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            return redirect("workload", pk=workload.pk)
+    return render(request, "workloads/new_job.html", {"form": form})
