@@ -14,7 +14,7 @@ from portal.celery import app
 
 logger = logging.getLogger(__name__)
 
-FAST = {"quanta.cluster.reconcile": 1.0}  # seconds, overriding the beat schedule
+FAST = {"quanta.cluster.reconcile": 0.5}  # seconds, overriding the beat schedule
 
 
 class EmbeddedBeat(threading.Thread):
