@@ -12,6 +12,7 @@ api_router.register("audit-events", AuditEventViewSet, basename="audit-event")
 api_v1 = [
     path("", include("tenants.api.urls")),
     path("", include("workloads.api.urls")),
+    path("", include("scheduling.api.urls")),
     path("", include((api_router.urls, "portal-api"))),
 ]
 

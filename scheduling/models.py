@@ -67,6 +67,8 @@ class GpuDevice(models.Model):
     sharing = models.CharField(
         max_length=16, choices=GpuSharing.choices, default=GpuSharing.FRACTIONAL
     )
+    # With MIG: the profiles the device is partitioned into, e.g. ["3g.20gb", "2g.10gb"].
+    mig_profiles = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["node", "index"]
@@ -105,3 +107,53 @@ class Allocation(models.Model):
     def __str__(self) -> str:
         where = f"{self.device}" if self.device else self.node.name
         return f"{self.workload_id} task {self.task} on {where}"
+
+
+class Queue(models.Model):
+    """A share of a cluster (Volcano's Queue): weight for the deserved share, capability as
+    the hard cap, reclaimable when others may take back what it borrowed above its share."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="queues")
+    name = models.SlugField(max_length=63)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    tenants = models.ManyToManyField(
+        "tenants.Tenant",
+        blank=True,
+        related_name="queues",
+        help_text="Workloads of these tenants (and below) go here.",
+    )
+    weight = models.PositiveIntegerField(default=1)
+    capability = models.JSONField(
+        default=dict, blank=True, help_text='Hard caps, e.g. {"gpus": 8, "cpu_milli": 64000}.'
+    )
+    reclaimable = models.BooleanField(default=True)
+    is_open = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="one_queue_name_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PriorityClass(models.Model):
+    """A named priority: higher values are scheduled first and may preempt lower ones."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    value = models.IntegerField()
+    preempting = models.BooleanField(
+        default=True, help_text="May evict lower-priority work in its queue."
+    )
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"

@@ -1,0 +1,132 @@
+"""Admin API for clusters, nodes, GPUs, queues and priority classes.
+
+Reading is open to people who manage a tenant (teachers and admins plan with it); changing is
+for superusers, the platform's operators. Every change is audited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet, Sum
+from django.db.models.functions import Coalesce
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.audit import record
+from scheduling.api import serializers as s
+from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from tenants.permissions import Access
+
+
+class OperatorsChange(permissions.BasePermission):
+    """Managers read, superusers change."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        if request.method in permissions.SAFE_METHODS:
+            return Access.of(user).manages_anything()
+        return bool(user.is_superuser)
+
+
+class _Audited(viewsets.GenericViewSet):
+    permission_classes = [OperatorsChange]
+
+    def perform_create(self, serializer: Any) -> None:
+        instance = serializer.save()
+        record(f"{instance._meta.model_name}.create", actor=self.request.user, target=instance)
+
+    def perform_update(self, serializer: Any) -> None:
+        instance = serializer.save()
+        record(
+            f"{instance._meta.model_name}.update",
+            actor=self.request.user,
+            target=instance,
+            fields=sorted(serializer.validated_data),
+        )
+
+    def perform_destroy(self, instance: Any) -> None:
+        record(f"{instance._meta.model_name}.delete", actor=self.request.user, target=instance)
+        instance.delete()
+
+
+class ClusterViewSet(_Audited, viewsets.ModelViewSet):
+    queryset = Cluster.objects.all()
+    serializer_class = s.ClusterSerializer
+    lookup_field = "slug"
+
+
+def _devices() -> QuerySet[GpuDevice]:
+    return GpuDevice.objects.annotate(allocated_milli=Coalesce(Sum("allocations__gpu_milli"), 0))
+
+
+class NodeViewSet(
+    _Audited, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin
+):
+    """Nodes with what is allocated on them and their GPUs; labels and taints editable,
+    cordon / uncordon as actions."""
+
+    serializer_class = s.NodeSerializer
+    filterset_fields = ["cluster__slug", "cordoned"]
+    queryset = Node.objects.none()
+
+    def get_queryset(self) -> QuerySet[Node]:
+        return (
+            Node.objects.filter(gone_at__isnull=True)
+            .select_related("cluster")
+            .annotate(
+                allocated_cpu_milli=Coalesce(Sum("allocations__cpu_milli"), 0),
+                allocated_memory_mib=Coalesce(Sum("allocations__memory_mib"), 0),
+            )
+            .prefetch_related(Prefetch("gpus", queryset=_devices().order_by("index")))
+            .order_by("cluster", "name")
+        )
+
+    def _cordon(self, cordoned: bool) -> Response:
+        node = self.get_object()
+        Node.objects.filter(pk=node.pk).update(cordoned=cordoned)
+        record("node.cordon" if cordoned else "node.uncordon", actor=self.request.user, target=node)
+        return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=None, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str) -> Response:
+        """Nothing new lands on the node; what runs there keeps running."""
+        return self._cordon(True)
+
+    @extend_schema(request=None, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str) -> Response:
+        return self._cordon(False)
+
+
+class GpuDeviceViewSet(
+    _Audited, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin
+):
+    serializer_class = s.GpuDeviceSerializer
+    filterset_fields = ["node__cluster__slug", "model", "sharing"]
+    queryset = GpuDevice.objects.none()
+
+    def get_queryset(self) -> QuerySet[GpuDevice]:
+        return (
+            _devices()
+            .filter(node__gone_at__isnull=True)
+            .select_related("node")
+            .order_by("node", "index")
+        )
+
+
+class QueueViewSet(_Audited, viewsets.ModelViewSet):
+    queryset = Queue.objects.select_related("cluster").prefetch_related("tenants")
+    serializer_class = s.QueueSerializer
+    filterset_fields = ["cluster__slug", "is_open"]
+
+
+class PriorityClassViewSet(_Audited, viewsets.ModelViewSet):
+    queryset = PriorityClass.objects.all()
+    serializer_class = s.PriorityClassSerializer
