@@ -19,3 +19,31 @@ class RosterForm(forms.Form):
         label=_("Roster CSV"),
         help_text=_("Columns: student_number, name, email, class, and optionally role."),
     )
+
+
+class PreferencesForm(forms.Form):
+    display_name = forms.CharField(label=_("Display name"), max_length=150, required=False)
+    language = forms.ChoiceField(label=_("Language"), required=False)
+    time_zone = forms.CharField(
+        label=_("Time zone"),
+        max_length=64,
+        required=False,
+        help_text=_("An IANA name such as Asia/Shanghai; empty: the portal's default."),
+    )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        from django.conf import settings
+
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["language"].choices = [("", _("Browser default")), *settings.LANGUAGES]
+
+    def clean_time_zone(self) -> str:
+        import zoneinfo
+
+        value: str = self.cleaned_data["time_zone"].strip()
+        if value:
+            try:
+                zoneinfo.ZoneInfo(value)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                raise forms.ValidationError(_("Unknown time zone %(tz)s") % {"tz": value}) from None
+        return value

@@ -13,6 +13,8 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path("account/", views.preferences, name="preferences"),
+    path("account/language/", views.choose_language, name="choose-language"),
     path("account/tokens/", views.tokens, name="tokens"),
     path("account/tokens/<int:pk>/revoke/", views.revoke_token, name="revoke-token"),
     path("roster/import/", views.roster_import, name="roster-import"),

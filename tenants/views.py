@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from tenants import roster, services
-from tenants.forms import ApiTokenForm, RosterForm
+from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm
 from tenants.models import ApiToken, Membership, Tenant
 from tenants.permissions import Access
 
@@ -90,3 +92,41 @@ def roster_import(request: HttpRequest) -> HttpResponse:
     return render(
         request, "tenants/roster.html", {"form": form, "result": result, "row_errors": row_errors}
     )
+
+
+@login_required
+def preferences(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    form = PreferencesForm(
+        request.POST or None,
+        initial={
+            "display_name": user.display_name,
+            "language": user.language,
+            "time_zone": user.time_zone,
+        },
+    )
+    if request.method == "POST" and form.is_valid():
+        services.update_preferences(actor=user, **form.cleaned_data)
+        messages.success(request, _("Preferences saved."))
+        response = redirect("preferences")
+        response.set_cookie(settings.LANGUAGE_COOKIE_NAME, form.cleaned_data["language"] or "")
+        return response
+    return render(request, "tenants/preferences.html", {"form": form})
+
+
+@require_POST
+def choose_language(request: HttpRequest) -> HttpResponse:
+    """The language switcher: a signed-in person's choice is kept with their account."""
+    language = request.POST.get("language", "")
+    if language not in dict(settings.LANGUAGES):
+        language = settings.LANGUAGE_CODE
+    if request.user.is_authenticated:
+        services.update_preferences(actor=request.user, language=language)
+    target = request.POST.get("next", "/")
+    if not url_has_allowed_host_and_scheme(
+        target, {request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "/"
+    response = redirect(target)
+    response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax")
+    return response
