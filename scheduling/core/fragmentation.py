@@ -1,0 +1,211 @@
+"""GPU fragmentation as in "Beware of Fragmentation" (Weng et al., USENIX ATC '23).
+
+A node's free GPU is fragmented *for a task shape* when that shape cannot use it: all of it when
+the shape needs no GPU, cannot run on the node's model, or finds too little CPU or too few
+devices with enough free; otherwise only the free milli on devices too full for the shape. The
+node's fragmentation F(n) is the expectation over the workload's typical shapes, weighted by
+how often each occurs; the cluster's is the sum over nodes.
+
+Writing S_t(n) for the free milli on devices with at least m_t free and ok_t(n) for "the shape
+fits", F(n) = free(n) - U(n) with U(n) = sum_t p_t * ok_t(n) * S_t(n), the free GPU the
+workload can still use. Placing a task changes one node, and S_t, and the device counts behind
+ok_t, change by closed forms, so the effect of every candidate placement on F is a handful of
+(nodes x devices x shapes) array operations rather than a fresh evaluation per candidate.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .cluster import BoolArray, Cluster, IntArray
+from .model import MILLI, TaskRequest
+
+FloatArray = npt.NDArray[np.float64]
+
+ShapeKey = tuple[int, int, int, frozenset[str]]  # cpu_milli, num_gpu, gpu_milli, gpu_models
+
+
+@dataclass(frozen=True)
+class TypicalShapes:
+    """The most frequent task shapes covering `coverage` of the tasks, with renormalised weights.
+
+    A shape is (CPU, number of GPUs, milli-GPU per GPU, GPU models), as in the reference
+    simulator; memory is not part of it.
+    """
+
+    shapes: tuple[ShapeKey, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def from_tasks(cls, tasks: Iterable[TaskRequest], coverage: float = 0.95) -> TypicalShapes:
+        counts = Counter((t.cpu_milli, t.num_gpu, t.gpu_milli, t.gpu_models) for t in tasks)
+        if not counts:
+            raise ValueError("typical shapes need at least one task")
+        total = sum(counts.values())
+        # Most frequent first; among equals the larger shape first, like the reference.
+        ranked = sorted(
+            counts.items(),
+            key=lambda kv: (kv[1], kv[0][0], kv[0][2], kv[0][1], sorted(kv[0][3])),
+            reverse=True,
+        )
+        chosen: list[tuple[ShapeKey, int]] = []
+        covered = 0
+        for shape, count in ranked:
+            if covered >= coverage * total:
+                break
+            chosen.append((shape, count))
+            covered += count
+        return cls(
+            tuple(shape for shape, _ in chosen), tuple(count / covered for _, count in chosen)
+        )
+
+
+class FragmentationModel:
+    """F(n) as the paper defines it, with the typical shapes laid out as arrays against one
+    cluster's GPU models. Subclasses change what "usable" means (see CpuAwareFragmentation)."""
+
+    def __init__(self, cluster: Cluster, typical: TypicalShapes) -> None:
+        self.cluster = cluster
+        self.typical = typical
+        gpu = [i for i, s in enumerate(typical.shapes) if s[1] > 0]
+        self.cpu: IntArray = np.array([typical.shapes[i][0] for i in gpu], dtype=np.int64)
+        self.num_gpu: IntArray = np.array([typical.shapes[i][1] for i in gpu], dtype=np.int64)
+        self.milli: IntArray = np.array([typical.shapes[i][2] for i in gpu], dtype=np.int64)
+        self.weight: FloatArray = np.array([typical.weights[i] for i in gpu], dtype=np.float64)
+        # model_ok[t, model id]: shape t accepts that model (no-GPU id never accepted).
+        self.model_ok: BoolArray = np.array(
+            [cluster.model_mask(typical.shapes[i][3]) for i in gpu], dtype=bool
+        ).reshape(len(gpu), len(cluster.models) + 1)
+
+    # The per-node, per-shape state U is computed from, and how one placement changes it.
+
+    def parts(self, dev: IntArray) -> tuple[IntArray, IntArray]:
+        """From free milli per device (..., G): S_t and the count of devices with at least
+        m_t free, each (..., T)."""
+        ge = dev[..., None] >= self.milli
+        return (dev[..., None] * ge).sum(axis=-2), ge.sum(axis=-2)
+
+    def after_slice(
+        self, parts: tuple[IntArray, IntArray], v: IntArray, m: int
+    ) -> tuple[IntArray, IntArray]:
+        """The parts after taking m from a device with v free; v is (B, G), parts (B, T),
+        the result (B, G, T)."""
+        s, count = parts
+        v2 = v - m
+        ge_old = v[:, :, None] >= self.milli
+        ge_new = v2[:, :, None] >= self.milli
+        return (
+            s[:, None, :] - v[:, :, None] * ge_old + v2[:, :, None] * ge_new,
+            count[:, None, :] - ge_old + ge_new,
+        )
+
+    def after_whole(self, parts: tuple[IntArray, IntArray], k: int) -> tuple[IntArray, IntArray]:
+        """The parts after taking k whole devices, which every shape (m_t <= 1000) counted."""
+        s, count = parts
+        return s - MILLI * k, count - k
+
+    def usable(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> FloatArray:
+        """U = sum_t p_t * ok_t * S_t; leading axes of the arguments broadcast together."""
+        s, count = parts
+        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        result: FloatArray = (ok * s) @ self.weight
+        return result
+
+    # What callers use.
+
+    def node_fragmentation(self, nodes: IntArray) -> FloatArray:
+        """F(n) in milli-GPU for the given nodes."""
+        c = self.cluster
+        dev = c.dev_free[nodes]
+        model_ok = self.model_ok[:, c.model_id[nodes]].T
+        frag: FloatArray = dev.sum(axis=1) - self.usable(
+            c.cpu_free[nodes], self.parts(dev), model_ok
+        )
+        return frag
+
+    def placement_delta(self, task: TaskRequest, nodes: IntArray) -> tuple[FloatArray, IntArray]:
+        """Change of F(n) if the task is placed on each node, at its best device.
+
+        Returns the change (milli-GPU; lower is better) and, for a sharing task, the device
+        that gives it (-1 otherwise). The nodes must fit the task.
+        """
+        c = self.cluster
+        dev = c.dev_free[nodes]
+        parts = self.parts(dev)
+        model_ok = self.model_ok[:, c.model_id[nodes]].T
+        before = self.usable(c.cpu_free[nodes], parts, model_ok)
+        cpu_after = c.cpu_free[nodes] - task.cpu_milli
+        no_device = np.full(len(nodes), -1, dtype=np.int64)
+        if task.num_gpu == 0:
+            return before - self.usable(cpu_after, parts, model_ok), no_device
+        if task.is_sharing:
+            after_parts = self.after_slice(parts, dev, task.gpu_milli)
+            after = self.usable(cpu_after[:, None], after_parts, model_ok[:, None, :])
+            delta = before[:, None] - after - task.gpu_milli
+            delta[dev < task.gpu_milli] = np.inf
+            best = np.argmin(delta, axis=1)
+            return delta[np.arange(len(nodes)), best], best.astype(np.int64)
+        if task.gpu_milli == MILLI:
+            after = self.usable(cpu_after, self.after_whole(parts, task.num_gpu), model_ok)
+            return before - after - task.gpu_total_milli, no_device
+        # Several partial devices (not in the openb traces): evaluate each node explicitly.
+        deltas = np.empty(len(nodes), dtype=np.float64)
+        for i, node in enumerate(nodes):
+            one = np.array([node])
+            frag_before = self.node_fragmentation(one)[0]
+            saved = c.cpu_free[node], c.dev_free[node].copy()
+            c.cpu_free[node] -= task.cpu_milli
+            c.dev_free[node, pick_tightest(saved[1], task)] -= task.gpu_milli
+            deltas[i] = self.node_fragmentation(one)[0] - frag_before
+            c.cpu_free[node], c.dev_free[node] = saved
+        return deltas, no_device
+
+
+class CpuAwareFragmentation(FragmentationModel):
+    """Our refinement: free GPU counts as usable by a shape only as far as the node's free CPU
+    can host tasks of that shape.
+
+    The paper calls all free GPU on qualifying devices usable as soon as the CPU for *one*
+    task of the shape is there: eight free GPUs next to CPU for one more task count as eight.
+    Here usable_t = min(S_t, floor(cpu / cpu_t) * k_t * m_t), so placements that leave GPUs
+    without the CPU to use them register as fragmentation. The closed forms are unchanged.
+    """
+
+    def usable(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> FloatArray:
+        s, count = parts
+        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        per_cpu = cpu[..., None] // np.maximum(self.cpu, 1) * (self.num_gpu * self.milli)
+        reachable = np.where(self.cpu > 0, np.minimum(s, per_cpu), s)
+        result: FloatArray = (ok * reachable) @ self.weight
+        return result
+
+
+def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
+    """The num_gpu devices with the least free that still fit, in device order on ties."""
+    fitting = [int(d) for d in np.flatnonzero(dev_free >= task.gpu_milli)]
+    fitting.sort(key=lambda d: int(dev_free[d]))
+    return fitting[: task.num_gpu]
+
+
+class FragmentationTracker:
+    """Keeps F(n) of every node current as placements happen, for the replay's metrics."""
+
+    def __init__(self, model: FragmentationModel) -> None:
+        self.model = model
+        self.per_node = model.node_fragmentation(np.arange(len(model.cluster)))
+
+    def refresh(self, node: int) -> None:
+        self.per_node[node] = self.model.node_fragmentation(np.array([node]))[0]
+
+    @property
+    def total_milli(self) -> float:
+        return float(self.per_node.sum())
