@@ -13,7 +13,8 @@ class PlacementPolicy(models.TextChoices):
     SPREAD = "spread", _("Spread (least allocated)")
     BESTFIT = "bestfit", _("Best fit")
     RANDOM = "random", _("Random")
-    FGD = "fgd", _("Fragmentation-aware (FGD)")
+    FGD = "fgd", _("Fragmentation-aware (FGD, as published)")
+    FGD_CPU = "fgd-cpu", _("Fragmentation-aware, CPU-aware (FGD refined)")
 
 
 class GpuSharing(models.TextChoices):

@@ -8,11 +8,18 @@ help (``permanent`` is False) or not (the workload is bigger than any node).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from scheduling.backends.base import Resources
+from scheduling.core.cluster import Allocation as CoreAllocation
+from scheduling.core.cluster import Cluster as CoreCluster
+from scheduling.core.model import Node as CoreNode
+from scheduling.core.model import TaskRequest
+from scheduling.core.placement import Placer
+from scheduling.core.policies import make_policy
 
 
 @dataclass
@@ -60,46 +67,56 @@ def _model_ok(device: FreeDevice, res: Resources) -> bool:
     return not res.gpu_models or device.model in res.gpu_models
 
 
-def _fit(node: FreeNode, res: Resources) -> TaskSlot | None:
-    """A slot for one task on ``node`` from its free resources, or None."""
+def _fit(node: FreeNode, res: Resources) -> bool:
+    """Could one task go on ``node`` as it is now? (For explaining, not for choosing.)"""
     if not node.schedulable or node.free_cpu_milli < res.cpu_milli:
-        return None
+        return False
     if node.free_memory_mib < res.memory_mib:
-        return None
+        return False
     if res.gpus:
         whole = [d for d in node.devices if d.free_milli == 1000 and _model_ok(d, res)]
-        if len(whole) < res.gpus:
-            return None
-        return TaskSlot(node, tuple((d, 1000, d.memory_mib) for d in whole[: res.gpus]))
+        return len(whole) >= res.gpus
     if res.gpu_milli:
-        shared = [
-            d
-            for d in node.devices
-            if _model_ok(d, res)
+        return any(
+            _model_ok(d, res)
             and d.free_milli >= res.gpu_milli
             and d.free_memory_mib >= res.gpu_memory_mib
+            for d in node.devices
+        )
+    return True
+
+
+def share_milli(res: Resources, nodes: Sequence[FreeNode]) -> int:
+    """The share of one device a fractional task takes: its compute share, or its memory
+    share of the smallest matching device if that is larger. Charging the larger of the two
+    keeps both a device's compute and its memory within bounds with one number."""
+    memories = [d.memory_mib for n in nodes for d in n.devices if _model_ok(d, res)]
+    by_memory = -(-res.gpu_memory_mib * 1000 // min(memories)) if memories else 0
+    return min(1000, max(res.gpu_milli, by_memory))
+
+
+def _core_cluster(nodes: Sequence[FreeNode]) -> CoreCluster:
+    """The scheduler core's view of the cluster as it is now (capacity minus allocations)."""
+    cluster = CoreCluster(
+        [
+            CoreNode(
+                n.name,
+                n.cpu_milli,
+                n.memory_mib,
+                gpu_count=len(n.devices),
+                gpu_model=n.devices[0].model if n.devices else "",
+                unschedulable=not n.schedulable,
+            )
+            for n in nodes
         ]
-        if not shared:
-            return None
-        # The fullest device that still fits: keeps whole devices free for whole-GPU work.
-        best = min(shared, key=lambda d: (d.free_milli, d.index))
-        return TaskSlot(node, ((best, res.gpu_milli, res.gpu_memory_mib),))
-    return TaskSlot(node)
-
-
-def _take(slot: TaskSlot, res: Resources) -> None:
-    slot.node.free_cpu_milli -= res.cpu_milli
-    slot.node.free_memory_mib -= res.memory_mib
-    for device, milli, memory in slot.devices:
-        device.free_milli -= milli
-        device.free_memory_mib -= memory
-
-
-def _order(nodes: Sequence[FreeNode], policy: str) -> list[FreeNode]:
-    if policy == "spread":
-        return sorted(nodes, key=lambda n: (-n.free_cpu_milli, n.name))
-    # binpack and the rest: the most used node first, so whole nodes stay free.
-    return sorted(nodes, key=lambda n: (n.free_cpu_milli, n.name))
+    )
+    for i, node in enumerate(nodes):
+        cluster.cpu_free[i] = node.free_cpu_milli
+        cluster.mem_free[i] = node.free_memory_mib
+        for d, device in enumerate(node.devices):
+            cluster.dev_free[i, d] = device.free_milli
+            cluster.allocated_gpu_milli += 1000 - device.free_milli
+    return cluster
 
 
 def too_big(nodes: Sequence[FreeNode], res: Resources) -> str:
@@ -152,23 +169,63 @@ def too_big(nodes: Sequence[FreeNode], res: Resources) -> str:
 
 
 def place(
-    nodes: Sequence[FreeNode], res: Resources, workers: int, policy: str = "binpack"
+    nodes: Sequence[FreeNode],
+    res: Resources,
+    workers: int,
+    policy: str = "binpack",
+    recent: Sequence[Resources] = (),
 ) -> Placement:
-    """Place ``workers`` tasks of ``res`` each, all or none."""
+    """Place ``workers`` tasks of ``res`` each, all or none, with the scheduler core's
+    ``policy``; ``recent`` is the recent workload mix (FGD estimates fragmentation from it)."""
     reason = too_big(nodes, res)
     if reason:
         return Placement(reason=reason, permanent=True)
-    free = copy.deepcopy(list(nodes))
-    slots: list[TaskSlot] = []
+    milli = share_milli(res, nodes) if res.gpu_milli else 1000
+    cluster = _core_cluster(nodes)
+    task = _core_task("task", res, milli)
+    mix = [
+        _core_task(f"recent-{i}", r, share_milli(r, nodes) if r.gpu_milli else 1000)
+        for i, r in enumerate(recent)
+    ] or [task]
+    placer = Placer(cluster, make_policy(policy, workload=mix), np.random.default_rng(0))
+    taken: list[CoreAllocation] = []
     for _ in range(workers):
-        slot = next((s for n in _order(free, policy) if (s := _fit(n, res))), None)
-        if slot is None:
+        allocation = placer.place(task)
+        if allocation is None:
             break
-        _take(slot, res)
-        slots.append(slot)
-    if len(slots) == workers:
-        return Placement(tuple(slots))
-    return Placement(reason=_why_waiting(nodes, res, workers, len(slots)))
+        taken.append(allocation)
+    if len(taken) < workers:
+        return Placement(reason=_why_waiting(nodes, res, workers, len(taken)))
+    slots = []
+    for allocation in taken:
+        node = nodes[allocation.node]
+        memory = res.gpu_memory_mib if res.gpu_milli else 0
+        slots.append(
+            TaskSlot(
+                node,
+                tuple(
+                    (
+                        node.devices[d],
+                        allocation.gpu_milli,
+                        memory if res.gpu_milli else node.devices[d].memory_mib,
+                    )
+                    for d in allocation.devices
+                ),
+            )
+        )
+    return Placement(tuple(slots))
+
+
+def _core_task(name: str, res: Resources, milli: int) -> TaskRequest:
+    gpus = res.gpus or (1 if res.gpu_milli else 0)
+    return TaskRequest(
+        name,
+        cpu_milli=res.cpu_milli,
+        memory_mib=res.memory_mib,
+        num_gpu=gpus,
+        gpu_milli=milli if gpus else 0,
+        gpu_models=frozenset(res.gpu_models),
+    )
 
 
 def _why_waiting(nodes: Sequence[FreeNode], res: Resources, workers: int, fitted: int) -> str:

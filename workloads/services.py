@@ -390,6 +390,19 @@ def _admit_locked(workload: Workload) -> str:
     return State.STARTING
 
 
+def _recent_mix(cluster: Cluster) -> list[Resources]:
+    """What was launched on the cluster lately: the fragmentation-aware policies estimate
+    which placements strand GPUs from it. Other policies do not need it."""
+    if not cluster.placement_policy.startswith("fgd"):
+        return []
+    recent = (
+        Workload.objects.filter(cluster=cluster)
+        .order_by("-created_at")
+        .select_related("flavor")[:200]
+    )
+    return [resources_for(w.flavor) for w in recent]
+
+
 def admit_queued(cluster: Cluster | None = None) -> int:
     """Try the waiting workloads again, oldest first (capacity or quota may have freed)."""
     waiting = Workload.objects.filter(state__in=WAITING)
