@@ -1,4 +1,4 @@
-"""Demo clusters: this host (local backend)."""
+"""Demo clusters: this host (local backend) and a simulated GPU farm."""
 
 from __future__ import annotations
 
@@ -9,6 +9,21 @@ from scheduling.models import Cluster
 # Interactive sessions sit idle most of the time: the demo lets the local host take eight
 # times its cores in CPU requests. Set "cpu_overcommit" in the cluster's config to change it.
 DEMO_CPU_OVERCOMMIT = 8
+
+
+def seed_simulated() -> Cluster:
+    """16 nodes × 8 GPUs of two models, simulated (its name says so everywhere)."""
+    sim, _ = Cluster.objects.get_or_create(
+        slug="sim",
+        defaults={
+            "name": "GPU farm",
+            "backend": "simulated",
+            "placement_policy": "fgd-cpu",
+            "config": {"speedup": 60, "default_duration_s": 1800},
+            "is_default": settings.CLUSTER_BACKEND == "simulated",
+        },
+    )
+    return sim
 
 
 def seed() -> Cluster:

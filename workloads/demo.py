@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduling.models import Cluster
 from tenants.models import Tenant
 from workloads.models import AppTemplate, Flavor, Grant, Image
 
@@ -87,15 +88,17 @@ TEMPLATES = [
         "allowed": ["cpu-medium", "vgpu-8g"],
     },
 ]
-# class -> (template, flavors, extra)
+# class -> (template, flavors, extra). "cluster": "sim" sends the grant's work to the
+# simulated GPU farm: the demo host may have no GPU at all.
 GRANTS: list[tuple[str, str, list[str], dict[str, Any]]] = [
     ("ml-101", "jupyter-pytorch", ["cpu-small", "cpu-medium", "vgpu-8g"], {}),
     ("ml-101", "terminal", ["cpu-small"], {}),
+    ("dl-201", "jupyter-pytorch", ["cpu-small"], {"max_duration_minutes": 480}),
     (
         "dl-201",
         "jupyter-pytorch",
-        ["cpu-small", "gpu-1", "gpu-4-v100"],
-        {"max_duration_minutes": 480, "member_limit": 2},
+        ["gpu-1", "gpu-4-v100"],
+        {"max_duration_minutes": 480, "member_limit": 2, "cluster": "sim"},
     ),
     ("dl-201", "vscode", ["cpu-medium"], {}),
     (
@@ -128,8 +131,13 @@ def seed(actor: Any) -> None:
     for tenant_slug, template_slug, flavors, extra in GRANTS:
         tenant = Tenant.objects.get(slug=tenant_slug)
         template = AppTemplate.objects.get(slug=template_slug)
+        options = dict(extra)
+        cluster = Cluster.objects.filter(slug=options.pop("cluster", "")).first()
         grant, created = Grant.objects.get_or_create(
-            tenant=tenant, template=template, defaults={"created_by": actor, **extra}
+            tenant=tenant,
+            template=template,
+            cluster=cluster,
+            defaults={"created_by": actor, **options},
         )
         if created:
             grant.flavors.set(Flavor.objects.filter(slug__in=flavors))

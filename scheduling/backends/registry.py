@@ -41,6 +41,16 @@ def _build(cluster: Cluster) -> Backend:
             cpu_milli=config.get("cpu_milli"),
             memory_mib=config.get("memory_mib"),
         )
+    if cluster.backend == "simulated":
+        from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend
+
+        return SimulatedBackend(
+            settings.DATA_DIR / "simulated" / cluster.slug,
+            nodes_csv=config.get("nodes_csv"),
+            mix=config.get("mix") or DEFAULT_MIX,
+            speedup=float(config.get("speedup", 60)),
+            default_duration_s=float(config.get("default_duration_s", 3600)),
+        )
     raise NotImplementedError(f"the {cluster.backend} backend is not built yet")
 
 

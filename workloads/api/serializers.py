@@ -199,6 +199,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def get_open_url(self, workload: Workload) -> str | None:
         if workload.kind != WorkloadKind.NOTEBOOK or workload.state != State.RUNNING:
             return None
+        if workload.cluster.is_simulated:
+            return None  # nothing runs on a simulated cluster, so there is nothing to open
         kind = workload.template.kind if workload.template else "jupyter"
         suffix = {"jupyter": "lab", "terminal": "terminals/1", "tensorboard": ""}.get(kind, "")
         return f"{workload.open_path}{suffix}"

@@ -145,6 +145,7 @@ class Command(BaseCommand):
 
         admin = User.objects.get(username="admin")
         sync_nodes(scheduling_demo.seed())
+        sync_nodes(scheduling_demo.seed_simulated())
         workloads_demo.seed(admin)
 
     def _user(
