@@ -13,6 +13,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery("quanta")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.conf.imports = ["scheduling.whatif"]  # tasks that live outside a tasks.py
 
 app.conf.task_routes = {
     "quanta.cluster.*": {"queue": "cluster"},

@@ -25,6 +25,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("oidc/", include("mozilla_django_oidc.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
+    path("", include("scheduling.whatif_urls")),
     path("", include("workloads.urls")),
     path("", include("tenants.urls")),
 ]

@@ -157,3 +157,37 @@ class PriorityClass(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.value})"
+
+
+class WhatIfRun(models.Model):
+    """A capacity what-if: replay a workload trace on an inventory under several policies."""
+
+    PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+    STATUSES = [(s, s) for s in (PENDING, RUNNING, DONE, FAILED)]
+
+    created_by = models.ForeignKey(
+        "tenants.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=10, choices=STATUSES, default=PENDING)
+    error = models.TextField(blank=True)
+    cluster = models.ForeignKey(
+        Cluster,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Inventory: this cluster's nodes.",
+    )
+    nodes_csv = models.TextField(blank=True, help_text="Inventory: an openb node list.")
+    pods_csv = models.TextField(help_text="The workload trace (openb pod list).")
+    trace_name = models.CharField(max_length=200, blank=True)
+    policies = models.JSONField(default=list)
+    seeds = models.PositiveSmallIntegerField(default=1)
+    result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} ({self.status})"

@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
 from tenants.models import Tenant
 
 CAPABILITY_KEYS = ("gpus", "cpu_milli", "memory_mib", "gpu_memory_mib")
@@ -197,3 +197,40 @@ class PriorityClassSerializer(serializers.ModelSerializer):
         if not -1_000_000 <= value <= 1_000_000_000:
             raise serializers.ValidationError("must be between -1000000 and 1000000000")
         return value
+
+
+class WhatIfSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Cluster.objects.all(), required=False, allow_null=True
+    )
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = WhatIfRun
+        fields = [
+            "id",
+            "created_by",
+            "created_at",
+            "status",
+            "error",
+            "cluster",
+            "trace_name",
+            "policies",
+            "seeds",
+            "result",
+        ]
+        read_only_fields = fields
+
+
+class NewWhatIfSerializer(serializers.Serializer):
+    cluster = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Cluster.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="Plan on this cluster's nodes, or …",
+    )
+    nodes = serializers.FileField(required=False, help_text="… on an openb node list.")
+    pods = serializers.FileField(help_text="The workload trace: an openb pod list.")
+    policies = serializers.ListField(child=serializers.CharField(), min_length=1)
+    seeds = serializers.IntegerField(default=1)

@@ -10,5 +10,6 @@ router.register("nodes", views.NodeViewSet, basename="node")
 router.register("gpus", views.GpuDeviceViewSet, basename="gpu")
 router.register("queues", views.QueueViewSet, basename="queue")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
+router.register("whatif", views.WhatIfViewSet, basename="whatif")
 
 urlpatterns = router.urls

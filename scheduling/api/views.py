@@ -11,14 +11,17 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, permissions, viewsets
+from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.audit import record
+from scheduling import whatif
 from scheduling.api import serializers as s
-from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
 from tenants.permissions import Access
 
 
@@ -125,6 +128,51 @@ class QueueViewSet(_Audited, viewsets.ModelViewSet):
     queryset = Queue.objects.select_related("cluster").prefetch_related("tenants")
     serializer_class = s.QueueSerializer
     filterset_fields = ["cluster__slug", "is_open"]
+
+
+class SuperusersOnly(permissions.BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.is_superuser)
+
+
+class WhatIfViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Capacity what-if: replay a trace on an inventory under several policies."""
+
+    permission_classes = [SuperusersOnly]
+    serializer_class = s.WhatIfSerializer
+    queryset = WhatIfRun.objects.select_related("created_by", "cluster")
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    @extend_schema(request=s.NewWhatIfSerializer, responses={201: s.WhatIfSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = s.NewWhatIfSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        run = whatif.create(
+            actor=request.user,
+            cluster=data.get("cluster"),
+            nodes_csv=_text(data.get("nodes"), "nodes"),
+            pods_csv=_text(data["pods"], "pods"),
+            trace_name=data["pods"].name,
+            policies=data["policies"],
+            seeds=data["seeds"],
+        )
+        run.refresh_from_db()
+        return Response(s.WhatIfSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+def _text(upload: Any, field: str) -> str:
+    if upload is None:
+        return ""
+    try:
+        return str(upload.read().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise ValidationError({field: "the file is not UTF-8 text"}) from None
 
 
 class PriorityClassViewSet(_Audited, viewsets.ModelViewSet):

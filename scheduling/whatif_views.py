@@ -1,0 +1,78 @@
+"""The what-if page for admins: upload a trace, pick an inventory and policies, compare."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext_lazy as _
+
+from scheduling import whatif
+from scheduling.core.policies import POLICIES
+from scheduling.models import Cluster, WhatIfRun
+
+
+class WhatIfForm(forms.Form):
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.all(), required=False, label=_("Inventory: a cluster's nodes")
+    )
+    nodes = forms.FileField(required=False, label=_("… or an openb node list (CSV)"))
+    pods = forms.FileField(label=_("Workload trace (openb pod list, CSV)"))
+    policies = forms.MultipleChoiceField(
+        choices=[(p, p) for p in POLICIES],
+        initial=["random", "bestfit", "fgd-cpu"],
+        widget=forms.CheckboxSelectMultiple,
+        label=_("Policies"),
+    )
+    seeds = forms.IntegerField(min_value=1, max_value=whatif.MAX_SEEDS, initial=1, label=_("Seeds"))
+
+
+def _text(upload: object) -> str:
+    if upload is None:
+        return ""
+    try:
+        return upload.read().decode("utf-8-sig")  # type: ignore[attr-defined, no-any-return]
+    except UnicodeDecodeError:
+        raise ValidationError({"pods": _("the file is not UTF-8 text")}) from None
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    if not (request.user.is_authenticated and request.user.is_superuser):
+        raise PermissionDenied
+    form = WhatIfForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            run = whatif.create(
+                actor=request.user,
+                cluster=data["cluster"],
+                nodes_csv=_text(data["nodes"]),
+                pods_csv=_text(data["pods"]),
+                trace_name=data["pods"].name,
+                policies=data["policies"],
+                seeds=data["seeds"],
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                name = {"pods_csv": "pods", "nodes_csv": "nodes"}.get(field, field)
+                form.add_error(name if name in form.fields else None, errors)
+        else:
+            return redirect("whatif-run", pk=run.pk)
+    runs = WhatIfRun.objects.select_related("cluster").defer("pods_csv", "nodes_csv")[:20]
+    return render(request, "scheduling/whatif.html", {"form": form, "runs": runs})
+
+
+def detail(request: HttpRequest, pk: int) -> HttpResponse:
+    if not (request.user.is_authenticated and request.user.is_superuser):
+        raise PermissionDenied
+    run = get_object_or_404(WhatIfRun.objects.defer("pods_csv", "nodes_csv"), pk=pk)
+    return render(
+        request,
+        "scheduling/whatif_run.html",
+        {
+            "run": run,
+            "summary": (run.result or {}).get("summary", {}),
+            "curve": (run.result or {}).get("curve", []),
+        },
+    )
