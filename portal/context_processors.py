@@ -6,7 +6,19 @@ from django.http import HttpRequest
 
 def site(request: HttpRequest) -> dict[str, Any]:
     return {
+        "nav": _nav(request),
         "OIDC_ENABLED": settings.OIDC_ENABLED,
         "OIDC_PROVIDER_NAME": settings.OIDC_PROVIDER_NAME,
         "CLUSTER_BACKEND": settings.CLUSTER_BACKEND,
     }
+
+
+def _nav(request: HttpRequest) -> dict[str, bool]:
+    """Which sections a person's roles open (django-guardian grants included)."""
+    from tenants.permissions import Access
+
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    access = Access.of(user)
+    return {"teaching": access.manages_anything(), "tenants": access.administers_anything()}

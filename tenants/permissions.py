@@ -101,6 +101,9 @@ class Access:
     def manages_anything(self) -> bool:
         return self.is_superuser or any(r in MANAGING_ROLES for r in self.roles.values())
 
+    def administers_anything(self) -> bool:
+        return self.is_superuser or any(r in ADMIN_ROLES for r in self.roles.values())
+
     # -- querysets ---------------------------------------------------------------------------
 
     def tenant_filter(self, roles: tuple[str, ...] | None = None, prefix: str = "") -> Q:

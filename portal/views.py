@@ -1,0 +1,256 @@
+"""Admin console pages that are not about clusters: the tenant tree with its quotas, the audit
+log and the catalog. The cluster pages (overview, hosts, queues) are in ``scheduling.views``;
+both use the guards defined here.
+
+Superusers see everything. Tenant admins see the tenant tree and the audit log of the
+subtrees they administer; everybody else gets 403.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Model, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from portal.api import AuditEventViewSet
+from portal.models import AuditEvent
+from tenants import services as tenant_services
+from tenants.choices import ADMIN_ROLES
+from tenants.models import Quota, Tenant
+from tenants.permissions import Access
+from workloads.models import AppTemplate, Flavor, Image
+
+AUDIT_PAGE_SIZE = 50
+
+View = Callable[..., HttpResponse]
+
+
+# --- Guards ------------------------------------------------------------------------------------
+
+
+def superuser_required(view: View) -> View:
+    """Signed in (else the sign-in page) and a superuser (else 403)."""
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_superuser:
+            raise PermissionDenied(_("Only platform administrators see this page."))
+        return view(request, *args, **kwargs)
+
+    return login_required(guarded)
+
+
+def administers_anything(access: Access) -> bool:
+    return access.is_superuser or any(role in ADMIN_ROLES for role in access.roles.values())
+
+
+def console_context(request: HttpRequest, section: str) -> dict[str, Any]:
+    """What every console page's sub-navigation needs."""
+    return {"section": section, "is_operator": request.user.is_superuser}
+
+
+# --- Tenant tree and quotas --------------------------------------------------------------------
+
+# The limits shown in the tree: (limit field, use field, column heading).
+TREE_COLUMNS = (
+    ("gpus", "used_gpus", gettext_lazy("GPUs")),
+    ("environments", "used_environments", gettext_lazy("Environments")),
+    ("jobs", "used_jobs", gettext_lazy("Jobs")),
+    ("gpu_hours_per_term", "used_gpu_hours", gettext_lazy("GPU-hours / term")),
+)
+
+
+@login_required
+def tenant_tree(request: HttpRequest) -> HttpResponse:
+    access = Access.of(request.user)
+    if not administers_anything(access):
+        raise PermissionDenied(_("Only administrators see the tenant tree."))
+    tenants = list(
+        Tenant.objects.filter(access.administered_tenants())
+        .select_related("quota")
+        .annotate(member_count=Count("memberships"))
+        .order_by("path")
+    )
+    top = min((t.depth for t in tenants), default=0)
+    rows = []
+    for tenant in tenants:
+        quota = _quota_of(tenant)
+        over = tenant_services.quota_over_use(quota)
+        rows.append(
+            {
+                "tenant": tenant,
+                "indent": tenant.depth - top,
+                "quota": quota,
+                "cells": [
+                    {
+                        "limit": getattr(quota, limit),
+                        "used": getattr(quota, used),
+                        "over": limit in over,
+                    }
+                    for limit, used, _heading in TREE_COLUMNS
+                ],
+                "member_limits": [
+                    (Quota._meta.get_field(name).verbose_name, getattr(quota, name))
+                    for name in (
+                        "member_gpus",
+                        "member_environments",
+                        "member_jobs",
+                        "member_gpu_hours_per_term",
+                    )
+                    if getattr(quota, name) is not None
+                ],
+                "over_use": [_limit_label(name) for name in over],
+            }
+        )
+    return render(
+        request,
+        "console/tenants.html",
+        {
+            **console_context(request, "tenants"),
+            "rows": rows,
+            "columns": [heading for _limit, _used, heading in TREE_COLUMNS],
+        },
+    )
+
+
+def _quota_of(tenant: Tenant) -> Quota:
+    try:
+        return tenant.quota
+    except Quota.DoesNotExist:  # tenants made outside the services have none yet
+        return Quota(tenant=tenant)
+
+
+def _limit_label(name: str) -> str:
+    return str(Quota._meta.get_field(name).verbose_name)
+
+
+class QuotaForm(forms.ModelForm):
+    """The limits of one tenant; empty means no limit at this level."""
+
+    class Meta:
+        model = Quota
+        fields = tenant_services.QUOTA_LIMIT_FIELDS
+
+
+@login_required
+def quota_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    tenant = get_object_or_404(Tenant, slug=slug)
+    access = Access.of(request.user)
+    if not access.can_view(tenant):
+        raise Http404
+    if not access.can_administer(tenant):
+        raise PermissionDenied(_("You do not administer the quota of this tenant."))
+    quota, _created = Quota.objects.get_or_create(tenant=tenant)
+    used = {
+        name: getattr(quota, f"used_{name}", None) for name in tenant_services.QUOTA_LIMIT_FIELDS
+    }
+    used["gpu_hours_per_term"] = quota.used_gpu_hours
+    form = QuotaForm(request.POST or None, instance=quota)
+    if request.method == "POST" and form.is_valid():
+        limits = {name: form.cleaned_data[name] for name in tenant_services.QUOTA_LIMIT_FIELDS}
+        try:
+            update = tenant_services.set_quota(actor=request.user, tenant=tenant, **limits)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, _("Quota of %(name)s saved.") % {"name": tenant.name})
+            if update.over_use:
+                messages.warning(
+                    request,
+                    _(
+                        "%(name)s now uses more than its limit of %(limits)s: running work "
+                        "goes on, new work waits until use drops."
+                    )
+                    % {
+                        "name": tenant.name,
+                        "limits": ", ".join(_limit_label(n) for n in update.over_use),
+                    },
+                )
+            return redirect("console-tenants")
+    fields = [(form[name], used.get(name)) for name in tenant_services.QUOTA_LIMIT_FIELDS]
+    return render(
+        request,
+        "console/quota_form.html",
+        {**console_context(request, "tenants"), "tenant": tenant, "form": form, "fields": fields},
+    )
+
+
+# --- Audit log ---------------------------------------------------------------------------------
+
+
+def audit_events(request: HttpRequest) -> QuerySet[AuditEvent]:
+    """The events the audit API shows this person (one definition of the scope)."""
+    return AuditEventViewSet(request=request, format_kwarg=None).get_queryset()
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    if not administers_anything(Access.of(request.user)):
+        raise PermissionDenied(_("Only administrators read the audit log."))
+    events = audit_events(request)
+    actions = sorted(set(events.order_by().values_list("action", flat=True).distinct()))
+    action = request.GET.get("action", "")
+    if action:
+        events = events.filter(action=action)
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "console/audit.html",
+        {**console_context(request, "audit"), "page": page, "actions": actions, "action": action},
+    )
+
+
+# --- Catalog -----------------------------------------------------------------------------------
+
+
+def _edit_links(model: type[Model], api_name: str) -> dict[str, str | None]:
+    """Where a superuser edits these: the Django admin if the model is registered there,
+    else the API's browsable list."""
+    meta = model._meta
+    registered = admin.site.is_registered(model)
+    return {
+        "admin": reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+        if registered
+        else None,
+        "api": reverse(f"workloads-api:{api_name}-list"),
+    }
+
+
+@superuser_required
+def catalog(request: HttpRequest) -> HttpResponse:
+    images = Image.objects.annotate(template_count=Count("templates"))
+    templates = (
+        AppTemplate.objects.select_related("image", "default_flavor")
+        .prefetch_related("allowed_flavors")
+        .annotate(grant_count=Count("grants"))
+    )
+    flavors = Flavor.objects.annotate(
+        template_count=Count("templates", distinct=True),
+        grant_count=Count("grants", distinct=True),
+    )
+    return render(
+        request,
+        "console/catalog.html",
+        {
+            **console_context(request, "catalog"),
+            "images": images,
+            "templates": templates,
+            "flavors": flavors,
+            "image_links": _edit_links(Image, "image"),
+            "template_links": _edit_links(AppTemplate, "template"),
+            "flavor_links": _edit_links(Flavor, "flavor"),
+        },
+    )
