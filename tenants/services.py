@@ -310,9 +310,16 @@ def _chain(tenant: Tenant, user: Any, *, lock: bool) -> tuple[list[Quota], dict[
         by_tenant[tenant_id], _ = Quota.objects.get_or_create(tenant_id=tenant_id)
     usage: dict[int, MemberUsage] = {}
     if user is not None:
-        for tenant_id in ids:
-            row, _ = MemberUsage.objects.get_or_create(tenant_id=tenant_id, user=user)
-            usage[tenant_id] = row
+        if lock:  # charging: every level needs a row to update
+            for tenant_id in ids:
+                usage[tenant_id], _ = MemberUsage.objects.get_or_create(
+                    tenant_id=tenant_id, user=user
+                )
+        else:  # reading: a missing row is zero use
+            found = {
+                u.tenant_id: u for u in MemberUsage.objects.filter(tenant_id__in=ids, user=user)
+            }
+            usage = {i: found.get(i) or MemberUsage(tenant_id=i, user=user) for i in ids}
     return [by_tenant[i] for i in ids], usage
 
 

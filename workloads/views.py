@@ -16,6 +16,7 @@ from workloads import services
 from workloads.choices import ACTIVE
 from workloads.forms import JobForm, LaunchForm
 from workloads.models import AppTemplate, Flavor, Workload
+from workloads.outlook import outlooks
 from workloads.permissions import can_control, visible_workloads
 
 
@@ -28,15 +29,22 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
 @login_required
 def app_center(request: HttpRequest) -> HttpResponse:
     grants = list(services.grants_for(request.user))
-    cards = [
-        {
-            "grant": g,
-            "form": LaunchForm(
-                flavors=g.flavors.all(), initial={"flavor": g.template.default_flavor}
-            ),
-        }
-        for g in grants
-    ]
+    seen = outlooks(request.user, grants) if grants else {}
+    cards = []
+    for grant in grants:
+        flavors = list(grant.flavors.all())
+        default = grant.template.default_flavor
+        cards.append(
+            {
+                "grant": grant,
+                "cluster": grant.cluster or services.default_cluster(),
+                "form": LaunchForm(
+                    flavors=grant.flavors.all(),
+                    initial={"flavor": default if default in flavors else None},
+                ),
+                "sizes": [(flavor, seen[(grant.pk, flavor.pk)]) for flavor in flavors],
+            }
+        )
     return render(request, "workloads/app_center.html", {"cards": cards})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.models import GpuDevice
 from workloads.choices import State
 from workloads.models import Workload
 
@@ -104,3 +105,37 @@ def test_a_job_submitted_from_the_form_shows_its_logs(
     assert response.status_code == 302
     page = signed_in(world.bob).get(response["Location"] + "?task=1").content.decode()
     assert "log of task 1" in page and "worker 1" in page
+
+
+def _row(page: str, flavor: str) -> str:
+    start = page.index(f'data-flavor="{flavor}"')
+    return page[start : page.index("</tr>", start)]
+
+
+def test_the_app_center_says_what_would_start_now_and_what_would_wait(
+    world, catalog, backend, signed_in
+) -> None:
+    GpuDevice.objects.all().delete()
+    world.quota(world.class_a, environments=5)
+    page = signed_in(world.bob).get("/apps/").content.decode()
+    assert "starts now" in _row(page, "small")
+    assert "this cluster has no GPU right now" in _row(page, "gpu")
+    assert "cannot run here" in _row(page, "huge")
+    assert "free now: 0 GPUs, 16 CPU cores" in page
+
+
+def test_the_app_center_names_the_quota_that_would_hold_a_launch(
+    world, catalog, backend, signed_in
+) -> None:
+    world.quota(world.class_a, gpus=0)
+    page = signed_in(world.bob).get("/apps/").content.decode()
+    assert "class ML-101: 0 of 0 GPUs in use (asked for 1)" in _row(page, "gpu")
+    assert "your quota allows 0 more GPUs" in page
+
+
+def test_the_app_center_uses_a_bounded_number_of_queries(
+    world, catalog, backend, signed_in, django_assert_max_num_queries
+) -> None:
+    client = signed_in(world.bob)
+    with django_assert_max_num_queries(25):
+        assert client.get("/apps/").status_code == 200
