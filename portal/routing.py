@@ -1,8 +1,11 @@
 """WebSocket routes of every app, gathered in one list for the ASGI router."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, re_path
 
+from portal.live import LiveConsumer
 from workloads.routing import websocket_urlpatterns as notebook_websocket_urlpatterns
 
-# Live status (workloads, logs, classes, inventory) registers here as those apps grow.
-websocket_urlpatterns: list[URLPattern] = [*notebook_websocket_urlpatterns]
+websocket_urlpatterns: list[URLPattern] = [
+    re_path(r"^ws/live/$", LiveConsumer.as_asgi()),  # live status: workloads, logs, classes
+    *notebook_websocket_urlpatterns,
+]

@@ -129,7 +129,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # redis-py gives up on a read after 5 s by default, exactly as long as
+            # channels-redis blocks waiting for a message: raise it so quiet consumers
+            # (live pages, notebook kernels) are not dropped; and let many pages connect.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 10_000}]
+            },
         }
     }
     CACHES = {

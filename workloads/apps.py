@@ -5,3 +5,8 @@ class WorkloadsConfig(AppConfig):
     """Images, flavors, templates and grants, notebooks, jobs, serving; the lifecycle."""
 
     name = "workloads"
+
+    def ready(self) -> None:
+        from workloads import lifecycle, live
+
+        lifecycle.on_transition(live.broadcast_transition)  # live status pages, after commit

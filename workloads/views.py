@@ -13,7 +13,6 @@ from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
 from workloads import services
-from workloads.choices import ACTIVE
 from workloads.forms import JobForm, LaunchForm
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
@@ -71,8 +70,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     workloads = Workload.objects.filter(visible_workloads(request.user)).select_related(
         "owner", "tenant", "template", "flavor"
     )[:200]
-    active = any(w.state in ACTIVE for w in workloads)
-    return render(request, "workloads/list.html", {"workloads": workloads, "refresh": active})
+    return render(request, "workloads/list.html", {"workloads": workloads})
 
 
 def _controlled(request: HttpRequest, pk: str) -> Workload:
@@ -106,7 +104,6 @@ def workload_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "logs": logs[-20000:],
             "task": task,
             "tasks": range(workload.workers),
-            "refresh": workload.state in ACTIVE,
         },
     )
 

@@ -12,6 +12,8 @@
  *   <pre data-live-logs="<id>:<task>">                a job task's output, appended as it comes
  *   data-live-new="reload"                            a list: reload (at most every 30 s) when a
  *                                                     workload it does not show yet moves
+ * Cluster inventory (topic cluster:<slug>) is handed on as a "quanta:inventory" DOM event whose
+ * detail has the nodes in "items", as the nodes API lists them.
  * The connection reconnects with exponential backoff and jitter (capped at 15 s) and subscribes
  * again; each subscription's snapshot brings the page back in step after the gap.
  */
@@ -22,6 +24,7 @@
   var MAX_LOG_CHARS = 200000;
   var MAX_DELAY_MS = 15000;
   var RELOAD_EVERY_MS = 30000;
+  var CONNECT_TIMEOUT_MS = 10000;
 
   var topics = declaredTopics();
   if (!topics.length || !("WebSocket" in window)) {
@@ -68,8 +71,18 @@
     }
     status("connecting");
     var scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    socket = new WebSocket(scheme + "//" + location.host + "/ws/live/");
-    socket.onopen = function () {
+    var ws = new WebSocket(scheme + "//" + location.host + "/ws/live/");
+    var opened = false;
+    socket = ws;
+    // A handshake that neither opens nor fails (a server going down mid-way) is given up.
+    var watchdog = setTimeout(function () {
+      if (!opened) {
+        lost(ws);
+      }
+    }, CONNECT_TIMEOUT_MS);
+    ws.onopen = function () {
+      opened = true;
+      clearTimeout(watchdog);
       status("live");
       topics.forEach(function (topic) {
         var message = { action: "subscribe", topic: topic };
@@ -78,10 +91,13 @@
           message.offset = log.offset; // read on from where this page is
           message.attempt = log.attempt;
         }
-        socket.send(JSON.stringify(message));
+        ws.send(JSON.stringify(message));
       });
     };
-    socket.onmessage = function (event) {
+    ws.onmessage = function (event) {
+      if (socket !== ws) {
+        return;
+      }
       var message;
       try {
         message = JSON.parse(event.data);
@@ -90,12 +106,31 @@
       }
       receive(message);
     };
-    socket.onclose = function () {
-      socket = null;
-      synced = true; // what comes after this is a gap's resynchronisation
-      status("offline");
-      later();
+    // Browsers report a failed connection with error then close; some runtimes only with
+    // error. Either one ends this connection, once.
+    ws.onerror = function () {
+      clearTimeout(watchdog);
+      lost(ws);
     };
+    ws.onclose = function () {
+      clearTimeout(watchdog);
+      lost(ws);
+    };
+  }
+
+  function lost(ws) {
+    if (socket !== ws) {
+      return; // an earlier connection, already replaced
+    }
+    socket = null;
+    synced = true; // what comes after this is a gap's resynchronisation
+    status("offline");
+    try {
+      ws.close();
+    } catch (e) {
+      /* already closed */
+    }
+    later();
   }
 
   function later() {
@@ -123,6 +158,9 @@
         if (logs[message.topic]) {
           logSnapshot(logs[message.topic], message);
         }
+        if (String(message.topic).indexOf("cluster:") === 0) {
+          inventory({ topic: message.topic, items: message.items || [] });
+        }
         (message.items || []).forEach(function (item) {
           if (item.type === "workload.state") {
             showState(item, synced ? "resync" : "snapshot");
@@ -138,7 +176,7 @@
         }
         break;
       case "cluster.inventory":
-        document.dispatchEvent(new CustomEvent("quanta:inventory", { detail: message }));
+        inventory(message);
         break;
       case "error":
         if (window.console) {
@@ -146,6 +184,11 @@
         }
         break;
     }
+  }
+
+  function inventory(message) {
+    // No page draws the inventory yet: an admin page listens for this event.
+    document.dispatchEvent(new CustomEvent("quanta:inventory", { detail: message }));
   }
 
   // -- workload state ---------------------------------------------------------------------------
@@ -172,15 +215,16 @@
         previous = badge.getAttribute("data-state");
         badge.setAttribute("data-state", item.state);
         badge.textContent = item.state_label || item.state;
-        Array.prototype.slice.call(badge.classList).forEach(function (name) {
-          if (name.indexOf("state-") === 0) {
-            badge.classList.remove(name);
-          }
-        });
-        badge.classList.add("state-" + String(item.state).toLowerCase());
+        badge.className = badge.className
+          .split(/\s+/)
+          .filter(function (name) {
+            return name && name.indexOf("state-") !== 0;
+          })
+          .concat("state-" + String(item.state).toLowerCase())
+          .join(" ");
       });
       el.querySelectorAll('[data-role="reason"]').forEach(function (reason) {
-        reason.textContent = item.reason || "";
+        reason.textContent = item.reason_text || item.reason || "";
       });
       el.querySelectorAll('[data-role="open"]').forEach(function (open) {
         setHidden(open, !item.open_url);
@@ -221,7 +265,7 @@
     entry.appendChild(time);
     entry.appendChild(document.createTextNode(" "));
     entry.appendChild(state);
-    entry.appendChild(document.createTextNode(" " + (item.reason || "")));
+    entry.appendChild(document.createTextNode(" " + (item.reason_text || item.reason || "")));
     return entry;
   }
 
