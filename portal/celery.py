@@ -16,6 +16,9 @@ app.autodiscover_tasks()
 app.conf.imports = ["scheduling.whatif"]  # tasks that live outside a tasks.py
 
 app.conf.task_routes = {
+    # A Kubernetes watcher holds its worker slot for minutes: a queue of its own, so submits
+    # and stops on the cluster queue never wait behind it.
+    "quanta.cluster.kubernetes_watch": {"queue": "watch"},
     "quanta.cluster.*": {"queue": "cluster"},
     "quanta.*": {"queue": "default"},
 }
@@ -27,4 +30,10 @@ app.conf.beat_schedule = {
     "sync-nodes": {"task": "quanta.cluster.sync_nodes", "schedule": 300.0},
     "expire-grants": {"task": "quanta.workloads.expire_grants", "schedule": 600.0},
     "close-ended-terms": {"task": "quanta.tenants.close_ended_terms", "schedule": 3600.0},
+    # Kubernetes clusters: one watcher each (a lock keeps it to one), a full resync as the
+    # safety net, GPU inventory, and the cluster objects (namespaces, quotas, queues).
+    "kubernetes-watch": {"task": "quanta.cluster.kubernetes_watch_all", "schedule": 60.0},
+    "kubernetes-resync": {"task": "quanta.cluster.kubernetes_resync", "schedule": 30.0},
+    "kubernetes-inventory": {"task": "quanta.cluster.kubernetes_inventory", "schedule": 60.0},
+    "kubernetes-objects": {"task": "quanta.cluster.kubernetes_objects", "schedule": 300.0},
 }

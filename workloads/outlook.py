@@ -136,4 +136,3 @@ def _one(
             wait = max(1, int((view.next_free - timezone.now()).total_seconds() // 60))
         return Outlook(False, placement.reason, wait_minutes=wait, **common)
     return Outlook(True, **common)
-

@@ -37,6 +37,7 @@ from scheduling.backends.base import (
     WorkloadSpec,
 )
 from scheduling.backends.registry import get_backend
+from scheduling.inventory import queue_for
 from scheduling.models import Allocation, Cluster, GpuDevice, Node
 from scheduling.placement import FreeDevice, FreeNode, place
 from tenants import services as tenant_services
@@ -448,6 +449,7 @@ def spec_for(workload: Workload) -> WorkloadSpec:
         base_url=workload.open_path,
         working_dir=home_dir(workload.owner),
         placement=placement,
+        queue=queue_for(workload.cluster, workload.tenant),
         labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
     )
 

@@ -51,6 +51,10 @@ def _build(cluster: Cluster) -> Backend:
             speedup=float(config.get("speedup", 60)),
             default_duration_s=float(config.get("default_duration_s", 3600)),
         )
+    if cluster.backend == "kubernetes":
+        from scheduling.backends.kubernetes import KubernetesBackend, KubernetesConfig
+
+        return KubernetesBackend(KubernetesConfig.from_mapping(config))
     raise NotImplementedError(f"the {cluster.backend} backend is not built yet")
 
 

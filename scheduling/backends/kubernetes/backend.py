@@ -1,0 +1,494 @@
+"""The ``kubernetes`` backend: workloads as Volcano Jobs (and Deployments) on a cluster.
+
+What it keeps in ``Handle.state`` is just enough to find the objects again (namespace, names,
+attempt) plus a notebook's token; every name derives from the workload id, so even an empty
+handle finds its workload (by label). No Django here: the portal passes in everything.
+
+Idempotence: ``submit`` creates the primary object (Job or Deployment) under its derived name;
+a 409 means a previous try got there first, and the existing object is adopted once its
+``quanta.io/workload-id`` label proves it is ours. Retries of transient errors therefore never
+make a second copy. ``stop`` asks Volcano to terminate a Job (a bus Command; the Job stays, as
+the record of how it ended, until its TTL) and deletes a Deployment with foreground
+propagation; both do nothing to what is already finished or gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import logging
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from scheduling.backends.base import (
+    BackendError,
+    Endpoint,
+    Handle,
+    LogChunk,
+    NodeInfo,
+    Observation,
+    Phase,
+    WorkloadSpec,
+)
+from scheduling.backends.kubernetes import client as k
+from scheduling.backends.kubernetes import manifests, names, status
+from scheduling.backends.kubernetes.config import KubernetesConfig
+from scheduling.backends.kubernetes.nodes import NodeInventory, inventory
+from scheduling.backends.kubernetes.watcher import Watcher, WatchStats
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+SELECTOR_CHUNK = 50  # workload ids per "in (...)" label selector: keeps URLs short
+PRIORITY_CACHE_SECONDS = 60.0
+READY_CACHE_SECONDS = 15.0
+OWNED_MAPS = frozenset({"hard", "capability"})  # ResourceQuota and Queue limits: ours alone
+
+
+class KubernetesBackend:
+    """Runs notebooks, training jobs and model servers on Kubernetes with Volcano."""
+
+    kind = "kubernetes"
+    # With ``retries_by: volcano`` Volcano restarts failed jobs itself (up to max_retries): the
+    # portal should then not start new attempts of its own.
+    restarts_failed_jobs = False
+
+    def __init__(
+        self,
+        config: KubernetesConfig,
+        *,
+        kube: k.Kube | None = None,
+        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.config = config
+        self._kube = kube
+        self.now = now
+        self.restarts_failed_jobs = config.retries_by == "volcano"
+        self._priorities: tuple[float, dict[int, str]] = (0.0, {})
+        self._ready: dict[str, float] = {}  # workload id -> when its server was last seen ready
+        self._lock = threading.Lock()
+
+    @property
+    def kube(self) -> k.Kube:
+        """The API client, made at first use: a missing kubeconfig then fails a call (and is
+        retried), not the portal's start."""
+        with self._lock:
+            if self._kube is None:
+                try:
+                    self._kube = k.Kube(k.api_client(self.config), self.config)
+                except Exception as exc:  # the loaders raise many kinds: all mean "no access"
+                    raise BackendError(
+                        f"cannot load the cluster's credentials: {exc}", transient=True
+                    ) from exc
+            return self._kube
+
+    # -- the contract ----------------------------------------------------------------------------
+
+    def submit(self, spec: WorkloadSpec) -> Handle:
+        """Create the workload's objects (the Job or Deployment first); adopt what a previous
+        try created. A later attempt replaces the objects of earlier ones."""
+        try:
+            objects = manifests.workload_objects(
+                spec,
+                self.config,
+                priority_class=self._priority_class(spec.priority),
+                token=secrets.token_urlsafe(32) if spec.kind == "notebook" else "",
+            )
+        except manifests.ManifestError as exc:
+            raise BackendError(str(exc)) from exc
+        primary, *rest = objects
+        namespace = primary["metadata"]["namespace"]
+        if spec.attempt > 0:
+            self._retire_earlier_attempts(spec, namespace)
+        created = self._create_or_adopt(primary, spec)
+        token = ""
+        for obj in rest:  # owned by the primary: they go when it goes
+            obj["metadata"]["ownerReferences"] = [manifests.owner_reference(created)]
+            adopted = self._create_or_adopt(obj, spec)
+            if obj["kind"] == "Secret":
+                token = _secret_token(adopted) or _secret_token(obj)
+        state: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "kind": spec.kind,
+            "namespace": namespace,
+            "name": primary["metadata"]["name"],
+            "object": primary["kind"],
+            "attempt": spec.attempt,
+            "uid": created.get("metadata", {}).get("uid", ""),
+        }
+        if spec.kind == "notebook":
+            base = "/" + spec.base_url.strip("/") + "/" if spec.base_url.strip("/") else "/"
+            state.update(token=token, service=state["name"], base_url=base)
+        if spec.kind == "serving":
+            state.update(service=state["name"])
+        return Handle(spec.workload_id, state)
+
+    def stop(self, handle: Handle) -> None:
+        """Terminate every attempt's Job (or delete the Deployment); idempotent."""
+        selector = f"{names.WORKLOAD_ID}={names.label_value(handle.workload_id)}"
+        jobs, _ = self.kube.list(k.VOLCANO_JOB, label_selector=selector)
+        for job in jobs:
+            if status.is_finished(job):
+                continue
+            self._stop_job(job)
+        deployments, _ = self.kube.list(k.DEPLOYMENT, label_selector=selector)
+        for deployment in deployments:
+            meta = deployment["metadata"]
+            if not meta.get("deletionTimestamp"):
+                self.kube.delete(k.DEPLOYMENT, meta["name"], meta["namespace"])
+
+    def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
+        """Each workload's phase, from a few list calls per 50 workloads (not per workload)."""
+        observations: dict[str, Observation] = {}
+        ids = [handle.workload_id for handle in handles]
+        for chunk in _chunks(ids, SELECTOR_CHUNK):
+            observations.update(self._observe_chunk(chunk))
+        return observations
+
+    def endpoint(self, handle: Handle) -> Endpoint | None:
+        """The notebook's Service once its server passes its readiness probe."""
+        state = handle.state
+        if state.get("kind") != "notebook" or not state.get("namespace"):
+            return None
+        # The proxy asks on every request: a readiness seen in the last seconds is enough.
+        seen = self._ready.get(handle.workload_id)
+        if seen is None or time.monotonic() - seen > READY_CACHE_SECONDS:
+            selector = (
+                f"{names.WORKLOAD_ID}={names.label_value(handle.workload_id)},"
+                f"{names.ATTEMPT}={state.get('attempt', 0)}"
+            )
+            pods, _ = self.kube.list(k.POD, namespace=state["namespace"], label_selector=selector)
+            if not any(status.is_ready(pod) for pod in pods):
+                self._ready.pop(handle.workload_id, None)
+                return None
+            self._ready[handle.workload_id] = time.monotonic()
+        url = self.config.service_url.format(
+            service=state["service"], namespace=state["namespace"], port=80
+        )
+        token = state.get("token")
+        headers = {"Authorization": f"token {token}"} if token else {}
+        return Endpoint(url=url.rstrip("/") + state.get("base_url", "/"), headers=headers)
+
+    def logs(self, handle: Handle, task: int = 0, offset: int = 0, limit: int = 65536) -> LogChunk:
+        """Bytes ``offset`` … ``offset + limit`` of the task's current container log. The API
+        has no offsets: the first ``offset + limit`` bytes are read and the head dropped."""
+        pods = self._task_pods(handle)
+        if not 0 <= task < len(pods):
+            return LogChunk(text="", next_offset=offset, tasks=len(pods))
+        meta = pods[task]["metadata"]
+        offset = max(offset, 0)
+        try:
+            data = self.kube.pod_log(meta["name"], meta["namespace"], limit_bytes=offset + limit)
+        except k.NotFound:
+            data = b""
+        except k.ApiError as exc:
+            if exc.status != 400:  # 400: the container has not started yet
+                raise
+            data = b""
+        chunk = data[offset : offset + limit]
+        if len(chunk) == limit:
+            chunk = _whole_utf8(chunk) or chunk
+        return LogChunk(
+            text=chunk.decode("utf-8", errors="replace"),
+            next_offset=offset + len(chunk),
+            tasks=len(pods),
+        )
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return tuple(node.node_info() for node in self.inventory())
+
+    def running(self) -> set[str]:
+        """Ids of workloads with a Job or Deployment that still runs (or waits to)."""
+        alive: set[str] = set()
+        for kind in (k.VOLCANO_JOB, k.DEPLOYMENT):
+            objects, _ = self.kube.list(kind, label_selector=names.MANAGED_SELECTOR)
+            for obj in objects:
+                workload_id = status.workload_id_of(obj)
+                if workload_id and not status.is_finished(obj):
+                    alive.add(workload_id)
+        return alive
+
+    # -- beyond the contract ---------------------------------------------------------------------
+
+    def inventory(self) -> list[NodeInventory]:
+        """Nodes, their GPUs and what the live pods on them request (two paged lists)."""
+        node_objects, _ = self.kube.list(k.NODE)
+        pods, _ = self.kube.list(
+            k.POD, field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
+        return inventory(node_objects, pods, self.config)
+
+    def watch(
+        self,
+        on_change: Callable[[Observation], None],
+        *,
+        seconds: float,
+        stop: threading.Event | None = None,
+    ) -> WatchStats:
+        """Call ``on_change`` as workloads change, for ``seconds`` (see watcher.py)."""
+        return Watcher(self.kube, self.config, on_change, now=self.now).run(seconds, stop)
+
+    def apply(self, objects: Iterable[Mapping[str, Any]]) -> int:
+        """Create each object or merge its desired fields into the existing one, only where
+        they differ; returns how many objects were written."""
+        written = 0
+        for obj in objects:
+            kind = k.kind_of(obj)
+            meta = obj["metadata"]
+            try:
+                current = self.kube.get(kind, meta["name"], meta.get("namespace", ""))
+            except k.NotFound:
+                with contextlib.suppress(k.Conflict):  # someone else just made it
+                    self.kube.create(obj)
+                    written += 1
+                continue
+            patch = _difference(obj, current)
+            if patch:
+                self.kube.patch(kind, meta["name"], patch, meta.get("namespace", ""))
+                written += 1
+        return written
+
+    def managed(self, kind: k.Kind) -> list[dict[str, Any]]:
+        objects, _ = self.kube.list(kind, label_selector=names.MANAGED_SELECTOR)
+        return objects
+
+    # -- submitting ------------------------------------------------------------------------------
+
+    def _create_or_adopt(self, obj: dict[str, Any], spec: WorkloadSpec) -> dict[str, Any]:
+        kind = k.kind_of(obj)
+        meta = obj["metadata"]
+        try:
+            return self.kube.create(obj)
+        except k.Conflict:
+            pass
+        except k.NotFound as exc:
+            if meta.get("namespace") and "namespaces" in str(exc):
+                self._create_namespace(spec, meta["namespace"])
+                try:
+                    return self.kube.create(obj)
+                except k.Conflict:
+                    pass
+            else:
+                raise
+        existing = self.kube.get(kind, meta["name"], meta.get("namespace", ""))
+        owner = status.workload_id_of(existing)
+        if owner != names.label_value(spec.workload_id):
+            raise BackendError(
+                f"{kind.kind} {meta['namespace']}/{meta['name']} exists and belongs to "
+                f"{'workload ' + owner if owner else 'someone else'}: not adopting it"
+            )
+        if existing.get("metadata", {}).get("deletionTimestamp"):
+            raise BackendError(
+                f"{kind.kind} {meta['name']} is still being deleted; trying again shortly",
+                transient=True,
+            )
+        return existing
+
+    def _create_namespace(self, spec: WorkloadSpec, namespace: str) -> None:
+        """A tenant's first workload may come before the periodic sync made its namespace."""
+        tenant = manifests.TenantSpec(slug=spec.labels.get("quanta.tenant", namespace))
+        with contextlib.suppress(k.Conflict):
+            self.kube.create(manifests.tenant_namespace(tenant, self.config))
+
+    def _retire_earlier_attempts(self, spec: WorkloadSpec, namespace: str) -> None:
+        selector = f"{names.WORKLOAD_ID}={names.label_value(spec.workload_id)}"
+        for kind in (k.VOLCANO_JOB, k.DEPLOYMENT):
+            objects, _ = self.kube.list(kind, namespace=namespace, label_selector=selector)
+            for obj in objects:
+                if status.attempt_of(obj) >= spec.attempt:
+                    continue
+                if (
+                    self.restarts_failed_jobs
+                    and kind is k.VOLCANO_JOB
+                    and status.job_phase(obj) == "Failed"
+                ):
+                    # Volcano already spent the retries: another attempt would multiply them.
+                    observed = status.job_observation(obj, now=self.now())
+                    raise BackendError(observed.reason or "failed after its retries")
+                self.kube.delete(kind, obj["metadata"]["name"], namespace)
+
+    def _priority_class(self, priority: int) -> str:
+        """The cluster's Quanta PriorityClass with this value ("" for 0: the default)."""
+        if not priority:
+            return ""
+        fetched, by_value = self._priorities
+        if time.monotonic() - fetched > PRIORITY_CACHE_SECONDS:
+            classes, _ = self.kube.list(k.PRIORITY_CLASS, label_selector=names.MANAGED_SELECTOR)
+            by_value = {int(c.get("value", 0)): c["metadata"]["name"] for c in classes}
+            self._priorities = (time.monotonic(), by_value)
+        name = by_value.get(priority)
+        if name is None:
+            raise BackendError(
+                f"no Quanta PriorityClass with value {priority} on the cluster; "
+                "the cluster sync creates one per portal priority class"
+            )
+        return name
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def _stop_job(self, job: dict[str, Any]) -> None:
+        meta = job["metadata"]
+        stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            job = (
+                self.kube.patch(
+                    k.VOLCANO_JOB,
+                    meta["name"],
+                    {"metadata": {"annotations": {status.STOP_ANNOTATION: stamp}}},
+                    meta["namespace"],
+                )
+                or job
+            )
+        except k.NotFound:
+            return
+        if self.config.stop_with == "delete":
+            self.kube.delete(k.VOLCANO_JOB, meta["name"], meta["namespace"])
+            return
+        try:
+            self.kube.create(manifests.stop_command(job))
+        except k.Conflict:
+            pass  # already asked
+        except k.NotFound as exc:
+            if "namespaces" in str(exc):
+                return
+            # No bus Commands on this cluster (or the Job just went): delete instead.
+            log.info("no Volcano Command for %s (%s); deleting it", meta["name"], exc)
+            self.kube.delete(k.VOLCANO_JOB, meta["name"], meta["namespace"])
+
+    # -- observing -------------------------------------------------------------------------------
+
+    def _observe_chunk(self, ids: list[str]) -> dict[str, Observation]:
+        values = ",".join(names.label_value(i) for i in ids)
+        selector = f"{names.WORKLOAD_ID} in ({values})"
+        jobs, _ = self.kube.list(k.VOLCANO_JOB, label_selector=selector)
+        deployments, _ = self.kube.list(k.DEPLOYMENT, label_selector=selector)
+        pods, _ = self.kube.list(k.POD, label_selector=selector)
+        groups: list[dict[str, Any]] = []
+        if jobs:
+            groups, _ = self.kube.list(k.PODGROUP, label_selector=selector)
+        by_id: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        for kind, objects in (("job", jobs), ("deployment", deployments), ("pod", pods)):
+            for obj in objects:
+                by_id[status.workload_id_of(obj) or ""][kind].append(obj)
+        for group in groups:
+            by_id[status.workload_id_of(group) or ""]["podgroup"].append(group)
+        now = self.now()
+        grace = self.config.image_pull_grace_seconds
+        observations: dict[str, Observation] = {}
+        for workload_id in ids:
+            found = by_id.get(names.label_value(workload_id), {})
+            if found.get("job"):
+                job = max(found["job"], key=status.attempt_of)
+                attempt = status.attempt_of(job)
+                mine = [p for p in found.get("pod", []) if status.attempt_of(p) == attempt]
+                own = [g for g in found.get("podgroup", []) if status.attempt_of(g) == attempt]
+                events = self._events_if_stuck(job, mine)
+                observation = status.job_observation(
+                    job, podgroup=own[0] if own else None, pods=mine, events=events, now=now,
+                    pull_grace_seconds=grace,
+                )  # fmt: skip
+            elif found.get("deployment"):
+                deployment = max(found["deployment"], key=status.attempt_of)
+                observation = status.deployment_observation(
+                    deployment, pods=found.get("pod", []), now=now, pull_grace_seconds=grace
+                )
+            else:
+                observation = Observation(
+                    workload_id, Phase.UNKNOWN, "no such workload on the cluster"
+                )
+            observations[workload_id] = observation
+        return observations
+
+    def _events_if_stuck(
+        self, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """A pending Job without pods may be refused them (a namespace quota): only the Job's
+        events say so, and only then are they worth a call."""
+        if pods or status.job_phase(job) != "Pending":
+            return []
+        meta = job["metadata"]
+        events, _ = self.kube.list(
+            k.EVENT,
+            namespace=meta["namespace"],
+            field_selector=f"involvedObject.name={meta['name']}",
+        )
+        return events
+
+    def _task_pods(self, handle: Handle) -> list[dict[str, Any]]:
+        """The current attempt's pods in task order: master (or ps), then workers by index."""
+        selector = f"{names.WORKLOAD_ID}={names.label_value(handle.workload_id)}"
+        pods, _ = self.kube.list(k.POD, label_selector=selector)
+        if not pods:
+            return []
+        attempt = max(status.attempt_of(p) for p in pods)
+        current = [p for p in pods if status.attempt_of(p) == attempt]
+        return sorted(current, key=_task_order)
+
+
+def _task_order(pod: Mapping[str, Any]) -> tuple[int, int, str]:
+    name = str(pod["metadata"]["name"])
+    stem, _, index = name.rpartition("-")
+    role = stem.rpartition("-")[2]
+    rank = {"master": 0, "ps": 0, "notebook": 0, "worker": 1}.get(role, 2)
+    return (rank, int(index) if index.isdigit() else 0, name)
+
+
+def _secret_token(secret: Mapping[str, Any]) -> str:
+    value = (secret.get("data") or {}).get(manifests.TOKEN_KEY)
+    if not value:
+        return ""
+    try:
+        return base64.b64decode(value).decode()
+    except ValueError:
+        return ""
+
+
+def _difference(desired: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that makes ``current`` carry what ``desired`` says (and nothing for
+    fields the desired object does not mention: the API server's defaults stay)."""
+    patch: dict[str, Any] = {}
+    for key, value in desired.items():
+        if key in ("apiVersion", "kind", "status"):
+            continue
+        if key == "metadata":
+            meta = {
+                part: value[part]
+                for part in ("labels", "annotations")
+                if part in value
+                and any((current.get("metadata", {}).get(part) or {}).get(k) != v
+                        for k, v in value[part].items())
+            }  # fmt: skip
+            if meta:
+                patch["metadata"] = meta
+            continue
+        have = current.get(key)
+        if isinstance(value, Mapping) and isinstance(have, Mapping):
+            inner = _difference(value, have)
+            if key in OWNED_MAPS:  # limits the portal removed must go on the cluster too
+                inner.update({gone: None for gone in have if gone not in value})
+            if inner:
+                patch[key] = inner
+        elif have != value:
+            patch[key] = value
+    return patch
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _whole_utf8(data: bytes) -> bytes:
+    """Drop a UTF-8 sequence cut off at the end of a chunk; the next read starts with it."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue
+        needed = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+        return data if back >= needed else data[:-back]
+    return data
