@@ -12,11 +12,13 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
+from tenants.models import MemberUsage
 from workloads import services
 from workloads.forms import JobForm, LaunchForm
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
 from workloads.permissions import can_control, visible_workloads
+from workloads.usage import usage
 
 
 def _errors(request: HttpRequest, exc: ValidationError) -> None:
@@ -141,3 +143,30 @@ def new_job(request: HttpRequest) -> HttpResponse:
         else:
             return redirect("workload", pk=workload.pk)
     return render(request, "workloads/new_job.html", {"form": form})
+
+
+@login_required
+def usage_page(request: HttpRequest) -> HttpResponse:
+    by = "month" if request.GET.get("by") == "month" else "week"
+    rows = usage(request.user, by, 6 if by == "month" else 8)
+    terms = [
+        {
+            "tenant": row.tenant,
+            "used_gpu_hours": row.used_gpu_hours,
+            "limit": row.tenant.quota.member_gpu_hours_per_term,
+        }
+        for row in MemberUsage.objects.filter(
+            user=request.user, tenant__kind__in=("class", "project")
+        ).select_related("tenant", "tenant__quota")
+    ]
+    return render(
+        request,
+        "workloads/usage.html",
+        {
+            "rows": rows,
+            "by": by,
+            "terms": terms,
+            "total_gpu": sum(r.gpu_hours for r in rows),
+            "total_cpu": sum(r.cpu_hours for r in rows),
+        },
+    )
