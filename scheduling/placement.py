@@ -237,7 +237,7 @@ def _why_waiting(nodes: Sequence[FreeNode], res: Resources, workers: int, fitted
             what = f"{models} GPU" if models else "GPU"
             return f"waiting for capacity: this cluster has no {what} right now"
         what = (
-            f"{res.gpus} free {models} GPU{'s' if res.gpus > 1 else ''}"
+            f"{res.gpus} free {models + ' ' if models else ''}GPU{'s' if res.gpus > 1 else ''}"
             if res.gpus
             else (
                 f"a {models + ' ' if models else ''}GPU with {res.gpu_milli / 10:g}% compute and "

@@ -120,6 +120,14 @@ class Grant(models.Model):
         "(day 0 = Monday). Empty: any time.",
     )
     expires_on = models.DateField(null=True, blank=True)
+    priority_class = models.ForeignKey(
+        "scheduling.PriorityClass",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Work from this grant is scheduled with this priority.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -160,6 +168,7 @@ class Workload(models.Model):
     workers = models.PositiveSmallIntegerField(default=1)
     max_retries = models.PositiveSmallIntegerField(default=0)
     attempt = models.PositiveSmallIntegerField(default=0)
+    priority = models.IntegerField(default=0)  # from the grant's priority class at launch
 
     state = models.CharField(
         max_length=16, choices=State.choices, default=State.PENDING, db_index=True

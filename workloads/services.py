@@ -25,7 +25,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q, QuerySet, Sum
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 
 from scheduling.backends.base import (
     BackendError,
@@ -39,11 +40,9 @@ from scheduling.backends.base import (
 from scheduling.backends.registry import get_backend
 from scheduling.inventory import queue_for
 from scheduling.models import Allocation, Cluster, GpuDevice, Node
-from scheduling.placement import FreeDevice, FreeNode, place
-from tenants import services as tenant_services
+from scheduling.placement import FreeDevice, FreeNode
 from tenants.models import Membership, Tenant
 from tenants.quota import Request
-from workloads import windows
 from workloads.choices import HOLDING, WAITING, AppKind, State, WorkloadKind
 from workloads.lifecycle import note, transition
 from workloads.models import AppTemplate, Flavor, Grant, Workload
@@ -87,7 +86,7 @@ def grants_for(user: Any, *, today: dt.date | None = None) -> QuerySet[Grant]:
 def default_cluster() -> Cluster:
     cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
     if cluster is None:
-        raise ValidationError({"cluster": "no cluster is configured; ask an admin"})
+        raise ValidationError({"cluster": _("no cluster is configured; ask an admin")})
     return cluster
 
 
@@ -97,19 +96,27 @@ def launch_environment(
     """Start a notebook / IDE from a template granted to ``actor``."""
     grants = [g for g in grants_for(actor) if g.template_id == template.pk]
     if not grants:
-        raise ValidationError({"template": f"{template.name} is not granted to you"})
+        raise ValidationError(
+            {"template": _("%(template)s is not granted to you") % {"template": template.name}}
+        )
     flavor = flavor or template.default_flavor
     grant = next((g for g in grants if flavor in g.flavors.all()), None)
     if grant is None:
-        raise ValidationError({"flavor": f"{flavor.name} is not allowed for {template.name}"})
+        raise ValidationError(
+            {
+                "flavor": _("%(flavor)s is not allowed for %(template)s")
+                % {"flavor": flavor.name, "template": template.name}
+            }
+        )
     running = Workload.objects.filter(owner=actor, grant=grant, state__in=WAITING + HOLDING)
     if running.count() >= grant.member_limit:
         raise ValidationError(
             {
-                "template": (
-                    f"you already run {grant.member_limit} of {grant.member_limit} allowed "
-                    f"{template.name} environment(s); stop one first"
+                "template": _(
+                    "you already run %(n)s of %(n)s allowed %(template)s environment(s); "
+                    "stop one first"
                 )
+                % {"n": grant.member_limit, "template": template.name}
             }
         )
     with transaction.atomic():
@@ -125,6 +132,7 @@ def launch_environment(
             image=template.image,
             env=dict(template.environment),
             idle_timeout_minutes=grant.idle_timeout_minutes,
+            priority=grant.priority_class.value if grant.priority_class else 0,
         )
         note(workload, f"launched {template.name} with {flavor.name}", actor=actor)
         _after_commit_admit(workload)
@@ -136,13 +144,15 @@ def parse_command(command: str | Sequence[str]) -> list[str]:
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise ValidationError({"command": f"cannot be read: {exc}"}) from None
+            raise ValidationError(
+                {"command": _("cannot be read: %(error)s") % {"error": exc}}
+            ) from None
     else:
         argv = list(command)
     if not argv or not all(isinstance(a, str) for a in argv):
-        raise ValidationError({"command": "give the command to run, e.g. python train.py"})
+        raise ValidationError({"command": _("give the command to run, e.g. python train.py")})
     if len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
-        raise ValidationError({"command": "is too long or contains a NUL character"})
+        raise ValidationError({"command": _("is too long or contains a NUL character")})
     return argv
 
 
@@ -150,14 +160,20 @@ def check_env(env: Any) -> dict[str, str]:
     if env in (None, ""):
         return {}
     if not isinstance(env, dict):
-        raise ValidationError({"env": "must be an object of NAME: value"})
+        raise ValidationError({"env": _("must be an object of NAME: value")})
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_NAME.match(key):
-            raise ValidationError({"env": f"{key!r} is not a valid variable name"})
+            raise ValidationError(
+                {"env": _("%(name)r is not a valid variable name") % {"name": key}}
+            )
         if key in RESERVED_ENV:
-            raise ValidationError({"env": f"{key} is set by Quanta for each worker"})
+            raise ValidationError(
+                {"env": _("%(name)s is set by Quanta for each worker") % {"name": key}}
+            )
         if not isinstance(value, str | int | float) or len(str(value)) > 4096:
-            raise ValidationError({"env": f"the value of {key} must be a short string"})
+            raise ValidationError(
+                {"env": _("the value of %(name)s must be a short string") % {"name": key}}
+            )
     return {k: str(v) for k, v in env.items()}
 
 
@@ -176,14 +192,21 @@ def submit_job(
     argv = parse_command(command)
     variables = check_env(env)
     if not 1 <= workers <= MAX_WORKERS:
-        raise ValidationError({"workers": f"must be between 1 and {MAX_WORKERS}"})
+        raise ValidationError({"workers": _("must be between 1 and %(n)s") % {"n": MAX_WORKERS}})
     if not 0 <= max_retries <= 10:
-        raise ValidationError({"max_retries": "must be between 0 and 10"})
+        raise ValidationError({"max_retries": _("must be between 0 and 10")})
     if not Membership.objects.filter(user=actor, tenant=tenant, tenant__is_active=True).exists():
-        raise ValidationError({"tenant": f"you are not a member of {tenant.slug!r}"})
+        raise ValidationError(
+            {"tenant": _("you are not a member of %(slug)r") % {"slug": tenant.slug}}
+        )
     grant = grants_for(actor).filter(tenant=tenant, flavors=flavor).first()
     if grant is None:
-        raise ValidationError({"flavor": f"{flavor.name} is not granted to {tenant.name}"})
+        raise ValidationError(
+            {
+                "flavor": _("%(flavor)s is not granted to %(tenant)s")
+                % {"flavor": flavor.name, "tenant": tenant.name}
+            }
+        )
     with transaction.atomic():
         workload = Workload.objects.create(
             kind=WorkloadKind.JOB,
@@ -198,6 +221,7 @@ def submit_job(
             env=variables,
             workers=workers,
             max_retries=max_retries,
+            priority=grant.priority_class.value if grant.priority_class else 0,
         )
         note(workload, f"submitted: {shlex.join(argv)[:200]} × {workers}", actor=actor)
         _after_commit_admit(workload)
@@ -285,134 +309,22 @@ def free_nodes(cluster: Cluster, *, lock: bool) -> list[FreeNode]:
 
 
 def admit(workload_id: str) -> str:
-    """Decide a waiting workload: Rejected, Queued (with the reason) or Starting."""
-    with transaction.atomic():
-        workload = (
-            Workload.objects.select_for_update(of=("self",))
-            .select_related("flavor", "grant", "template", "cluster", "tenant", "owner")
-            .get(pk=workload_id)
-        )
-        if workload.state not in WAITING:
-            return workload.state
-        decision = _admit_locked(workload)
-    return decision
+    """Decide a waiting workload: Rejected, Queued (with the reason) or Starting. Runs one
+    scheduling session over its cluster's whole waiting line (``workloads.admission``)."""
+    from workloads import admission
 
-
-def _admit_locked(workload: Workload) -> str:
-    cluster, grant = workload.cluster, workload.grant
-    if (
-        cluster.backend == "local"
-        and workload.template
-        and workload.template.kind not in LOCAL_APPS
-    ):
-        transition(
-            workload,
-            State.REJECTED,
-            reason=(
-                f"{workload.template.get_kind_display()} needs a Kubernetes cluster; "
-                f"{cluster.name} runs JupyterLab, terminals and TensorBoard"
-            ),
-        )
-        return State.REJECTED
-    if grant is not None:
-        if grant.expires_on and grant.expires_on < timezone.localdate():
-            transition(
-                workload,
-                State.REJECTED,
-                reason=f"the grant for {grant.template} expired on {grant.expires_on}",
-            )
-            return State.REJECTED
-        if not windows.is_open(grant.windows):
-            transition(
-                workload,
-                State.QUEUED,
-                reason=(f"waiting for the grant's time window ({windows.describe(grant.windows)})"),
-            )
-            return State.QUEUED
-    request = quota_request_for(workload)
-    nodes = free_nodes(cluster, lock=True)
-    placement = place(
-        nodes, resources_for(workload.flavor), workload.workers, cluster.placement_policy
-    )
-    if placement.permanent:
-        transition(workload, State.REJECTED, reason=placement.reason)
-        return State.REJECTED
-    if not placement.placed:
-        refusal = tenant_services.check_quota(
-            tenant=workload.tenant, user=workload.owner, request=request
-        )
-        transition(
-            workload,
-            State.QUEUED,
-            reason=f"waiting for quota: {refusal.message}" if refusal else placement.reason,
-        )
-        return State.QUEUED
-    try:
-        tenant_services.reserve(tenant=workload.tenant, user=workload.owner, request=request)
-    except tenant_services.QuotaExceeded as exc:
-        transition(workload, State.QUEUED, reason=f"waiting for quota: {exc.refusal.message}")
-        return State.QUEUED
-    rows = []
-    for task, slot in enumerate(placement.tasks):
-        res = workload.flavor
-        if not slot.devices:
-            rows.append(
-                Allocation(
-                    workload=workload,
-                    task=task,
-                    node_id=slot.node.node_id,
-                    cpu_milli=res.cpu_milli,
-                    memory_mib=res.memory_mib,
-                )
-            )
-        for i, (device, milli, memory) in enumerate(slot.devices):
-            rows.append(
-                Allocation(
-                    workload=workload,
-                    task=task,
-                    node_id=slot.node.node_id,
-                    device_id=device.device_id,
-                    gpu_milli=milli,
-                    gpu_memory_mib=memory,
-                    cpu_milli=res.cpu_milli if i == 0 else 0,
-                    memory_mib=res.memory_mib if i == 0 else 0,
-                )
-            )
-    Allocation.objects.bulk_create(rows)
-    charged = {k: str(v) for k, v in vars(request).items()}
-    where = ", ".join(sorted({slot.node.name for slot in placement.tasks}))
-    transition(
-        workload, State.STARTING, reason=f"starting on {where}", quota_request=charged, charged=True
-    )
-    workload_id = str(workload.pk)
-    from workloads import tasks
-
-    transaction.on_commit(lambda: tasks.submit.delay(workload_id))
-    return State.STARTING
-
-
-def _recent_mix(cluster: Cluster) -> list[Resources]:
-    """What was launched on the cluster lately: the fragmentation-aware policies estimate
-    which placements strand GPUs from it. Other policies do not need it."""
-    if not cluster.placement_policy.startswith("fgd"):
-        return []
-    recent = (
-        Workload.objects.filter(cluster=cluster)
-        .order_by("-created_at")
-        .select_related("flavor")[:200]
-    )
-    return [resources_for(w.flavor) for w in recent]
+    # Reasons are stored in English whatever language the launching request was in (tasks
+    # run in-process without Redis, inside that request); pages translate them.
+    with translation.override("en"):
+        return admission.admit(workload_id)
 
 
 def admit_queued(cluster: Cluster | None = None) -> int:
-    """Try the waiting workloads again, oldest first (capacity or quota may have freed)."""
-    waiting = Workload.objects.filter(state__in=WAITING)
-    if cluster is not None:
-        waiting = waiting.filter(cluster=cluster)
-    started = 0
-    for workload_id in waiting.order_by("created_at").values_list("pk", flat=True):
-        started += admit(str(workload_id)) == State.STARTING
-    return started
+    """Try the waiting workloads again (capacity or quota may have freed); how many started."""
+    from workloads import admission
+
+    with translation.override("en"):
+        return admission.admit_queued(cluster)
 
 
 # --- Running on the backend --------------------------------------------------------------------
@@ -502,15 +414,14 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
     """Push a running environment's deadline out by the grant's maximum duration."""
     grant = workload.grant
     if workload.owner_id != actor.pk:
-        raise ValidationError({"workload": "only its owner can extend an environment"})
+        raise ValidationError({"workload": _("only its owner can extend an environment")})
     if workload.state != State.RUNNING or grant is None:
-        raise ValidationError({"workload": "only a running environment can be extended"})
+        raise ValidationError({"workload": _("only a running environment can be extended")})
     if workload.extensions >= grant.max_extensions:
         raise ValidationError(
             {
-                "workload": (
-                    f"already extended {workload.extensions} time(s), the most the grant allows"
-                )
+                "workload": _("already extended %(n)s time(s), the most the grant allows")
+                % {"n": workload.extensions}
             }
         )
     deadline = timezone.now() + dt.timedelta(minutes=grant.max_duration_minutes)
@@ -671,7 +582,7 @@ def sync_nodes(cluster: Cluster) -> None:
     now = timezone.now()
     with transaction.atomic():
         for name, info in reported.items():
-            node, _ = Node.objects.update_or_create(
+            node, _created = Node.objects.update_or_create(
                 cluster=cluster,
                 name=name,
                 defaults={
