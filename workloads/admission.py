@@ -321,7 +321,7 @@ def _evict(evictions: Iterable[object]) -> None:
         done.add(job)
         victim = Workload.objects.filter(pk=job).first()
         if victim is not None:
-            stop(actor=None, workload=victim, reason=reason)
+            stop(actor=None, workload=victim, reason=_eviction_reason(reason))
 
 
 def _start(
