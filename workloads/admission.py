@@ -406,3 +406,12 @@ def _why_waiting(
     if not placement.placed:
         return placement.reason
     return f"waiting: {session_reason}" if session_reason else "waiting for its turn"
+
+
+def _eviction_reason(session_reason: str) -> str:
+    """What the evicted person reads (the session names the other job by its id)."""
+    if session_reason.startswith("preempted"):
+        return "preempted by higher-priority work in the same queue"
+    if session_reason.startswith("reclaimed"):
+        return "reclaimed: another queue is below its fair share of the cluster"
+    return session_reason
