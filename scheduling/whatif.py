@@ -12,6 +12,7 @@ from typing import Any
 from celery import shared_task
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.audit import record
 from scheduling.core.model import Node as CoreNode
@@ -50,7 +51,9 @@ def _parse(text: str, name: str, loader: Any, **kwargs: Any) -> Any:
             return loader(path, **kwargs)
         except TraceError as exc:
             field = "nodes_csv" if "node" in name else "pods_csv"
-            where = f"line {exc.line}" + (f", column {exc.column!r}" if exc.column else "")
+            where = _("line %(n)s") % {"n": exc.line}
+            if exc.column:
+                where += _(", column %(column)r") % {"column": exc.column}
             raise ValidationError({field: f"{name}, {where}: {exc.message}"}) from None
 
 
@@ -58,10 +61,12 @@ def inventory(run: WhatIfRun) -> list[CoreNode]:
     if run.nodes_csv:
         return list(_parse(run.nodes_csv, "nodes.csv", load_nodes))
     if run.cluster is None:
-        raise ValidationError({"cluster": "choose a cluster or upload a node list"})
+        raise ValidationError({"cluster": _("choose a cluster or upload a node list")})
     nodes = cluster_nodes(run.cluster)
     if not any(n.gpu_count for n in nodes):
-        raise ValidationError({"cluster": f"{run.cluster.name} has no GPUs to plan"})
+        raise ValidationError(
+            {"cluster": _("%(cluster)s has no GPUs to plan") % {"cluster": run.cluster.name}}
+        )
     return nodes
 
 
@@ -78,11 +83,13 @@ def create(
     """Check everything (both files fully parsed), save the run, queue the replay."""
     unknown = [p for p in policies if p not in POLICIES]
     if not policies or unknown:
-        raise ValidationError({"policies": f"choose from {', '.join(POLICIES)}"})
+        raise ValidationError(
+            {"policies": _("choose from %(policies)s") % {"policies": ", ".join(POLICIES)}}
+        )
     if not 1 <= seeds <= MAX_SEEDS:
-        raise ValidationError({"seeds": f"between 1 and {MAX_SEEDS}"})
+        raise ValidationError({"seeds": _("between 1 and %(n)s") % {"n": MAX_SEEDS}})
     if len(pods_csv.encode()) > MAX_TRACE_BYTES or len(nodes_csv.encode()) > MAX_TRACE_BYTES:
-        raise ValidationError({"pods_csv": "a trace file is limited to 8 MiB"})
+        raise ValidationError({"pods_csv": _("a trace file is limited to 8 MiB")})
     run = WhatIfRun(
         created_by=actor,
         pods_csv=pods_csv,

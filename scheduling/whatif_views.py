@@ -7,10 +7,19 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from scheduling import whatif
 from scheduling.core.policies import POLICIES
 from scheduling.models import Cluster, WhatIfRun
+
+# A run's status as the pages show it ({% translate run.status context "what-if run" %}).
+RUN_STATUSES = (
+    pgettext_lazy("what-if run", "pending"),
+    pgettext_lazy("what-if run", "running"),
+    pgettext_lazy("what-if run", "done"),
+    pgettext_lazy("what-if run", "failed"),
+)
 
 
 class WhatIfForm(forms.Form):

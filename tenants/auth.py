@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -29,7 +30,7 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
         if not header or header[0].lower() not in self.keywords:
             return None
         if len(header) != 2 or not header[1].startswith(TOKEN_PREFIX):
-            raise exceptions.AuthenticationFailed("Malformed token header.")
+            raise exceptions.AuthenticationFailed(_("Malformed token header."))
         now = timezone.now()
         token = (
             ApiToken.objects.select_related("user")
@@ -38,7 +39,7 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
             .first()
         )
         if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+            raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked token."))
         touch_api_token(token)
         return token.user, token
 

@@ -13,6 +13,8 @@ import io
 import re
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 REQUIRED_COLUMNS = ("student_number", "name", "email", "class")
 OPTIONAL_COLUMNS = ("role",)
 ROSTER_ROLES = ("student", "ta", "teacher")
@@ -40,7 +42,7 @@ class RowError:
     message: str
 
     def __str__(self) -> str:
-        where = f"line {self.line}" if self.line else "file"
+        where = _("line %(n)s") % {"n": self.line} if self.line else _("file")
         return (
             f"{where}, {self.column}: {self.message}" if self.column else f"{where}: {self.message}"
         )
@@ -56,11 +58,11 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError:
-            raise RosterError("the file is not UTF-8 text (save it as CSV UTF-8)") from None
+            raise RosterError(_("the file is not UTF-8 text (save it as CSV UTF-8)")) from None
     else:
         text = data.lstrip("\ufeff")
     if not text.strip():
-        raise RosterError("the file is empty")
+        raise RosterError(_("the file is empty"))
 
     reader = csv.reader(io.StringIO(text))
     header = next(reader)
@@ -68,12 +70,15 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
         raise RosterError(
-            f"the header lacks the column(s) {', '.join(missing)}; "
-            f"expected {', '.join(REQUIRED_COLUMNS)} (and optionally role)"
+            _(
+                "the header lacks the column(s) %(missing)s; "
+                "expected %(columns)s (and optionally role)"
+            )
+            % {"missing": ", ".join(missing), "columns": ", ".join(REQUIRED_COLUMNS)}
         )
     unknown = [name for name in columns if name not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if unknown:
-        raise RosterError(f"unknown column(s) {', '.join(unknown)}")
+        raise RosterError(_("unknown column(s) %(columns)s") % {"columns": ", ".join(unknown)})
     index = {name: columns.index(name) for name in columns}
 
     rows: list[RosterRow] = []
@@ -84,10 +89,15 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
         if not any(cell.strip() for cell in cells):
             continue
         if len(rows) + len(errors) >= MAX_ROWS:
-            raise RosterError(f"more than {MAX_ROWS} rows; split the file")
+            raise RosterError(_("more than %(n)s rows; split the file") % {"n": MAX_ROWS})
         if len(cells) != len(columns):
             errors.append(
-                RowError(line, "", f"has {len(cells)} fields, the header has {len(columns)}")
+                RowError(
+                    line,
+                    "",
+                    _("has %(n)s fields, the header has %(m)s")
+                    % {"n": len(cells), "m": len(columns)},
+                )
             )
             continue
         value = {name: cells[i].strip() for name, i in index.items()}
@@ -109,14 +119,15 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
                 RowError(
                     line,
                     "student_number",
-                    f"{row.student_number} appears on line {earlier.line} with other details",
+                    _("%(number)s appears on line %(line)s with other details")
+                    % {"number": row.student_number, "line": earlier.line},
                 )
             )
             continue
         seen[row.student_number] = row
         rows.append(row)
     if not rows and not errors:
-        raise RosterError("the file has a header but no rows")
+        raise RosterError(_("the file has a header but no rows"))
     return rows, errors
 
 
@@ -124,20 +135,31 @@ def _check(line: int, value: dict[str, str]) -> list[RowError]:
     errors = []
     for name in REQUIRED_COLUMNS:
         if not value[name]:
-            errors.append(RowError(line, name, "is empty"))
+            errors.append(RowError(line, name, _("is empty")))
     if value["student_number"] and not _STUDENT_NUMBER.match(value["student_number"]):
         errors.append(
-            RowError(line, "student_number", "use letters, digits, '.', '_' or '-' (at most 32)")
+            RowError(line, "student_number", _("use letters, digits, '.', '_' or '-' (at most 32)"))
         )
     if len(value["name"]) > 150:
-        errors.append(RowError(line, "name", "is longer than 150 characters"))
+        errors.append(RowError(line, "name", _("is longer than 150 characters")))
     if value["email"] and not _EMAIL.match(value["email"]):
-        errors.append(RowError(line, "email", f"{value['email']!r} is not an email address"))
+        errors.append(
+            RowError(
+                line, "email", _("%(email)r is not an email address") % {"email": value["email"]}
+            )
+        )
     if value["class"] and not _SLUG.match(value["class"]):
-        errors.append(RowError(line, "class", f"{value['class']!r} is not a class code"))
+        errors.append(
+            RowError(line, "class", _("%(code)r is not a class code") % {"code": value["class"]})
+        )
     role = value.get("role", "").lower()
     if role and role not in ROSTER_ROLES:
         errors.append(
-            RowError(line, "role", f"unknown role {role!r}; use one of {', '.join(ROSTER_ROLES)}")
+            RowError(
+                line,
+                "role",
+                _("unknown role %(role)r; use one of %(roles)s")
+                % {"role": role, "roles": ", ".join(ROSTER_ROLES)},
+            )
         )
     return errors

@@ -21,6 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.audit import record
 from tenants import quota as quota_math
@@ -55,13 +56,20 @@ def _check_parent(kind: str, parent: Tenant | None) -> None:
     parent_kind = parent.kind if parent else None
     if parent_kind not in allowed:
         if parent is None:
-            raise ValidationError({"parent": f"a {kind} needs a parent"})
-        raise ValidationError({"parent": f"a {kind} cannot be placed under a {parent.kind}"})
+            raise ValidationError(
+                {"parent": _("a %(kind)s needs a parent") % {"kind": _(str(kind))}}
+            )
+        raise ValidationError(
+            {
+                "parent": _("a %(kind)s cannot be placed under a %(parent)s")
+                % {"kind": _(str(kind)), "parent": _(str(parent.kind))}
+            }
+        )
 
 
 def _check_term(term_start: dt.date | None, term_end: dt.date | None) -> None:
     if term_start and term_end and term_end < term_start:
-        raise ValidationError({"term_end": "the term cannot end before it starts"})
+        raise ValidationError({"term_end": _("the term cannot end before it starts")})
 
 
 def _check_slug_free(slug: str, exclude: Tenant | None = None) -> None:
@@ -69,7 +77,9 @@ def _check_slug_free(slug: str, exclude: Tenant | None = None) -> None:
     if exclude is not None:
         taken = taken.exclude(pk=exclude.pk)
     if taken.exists():
-        raise ValidationError({"slug": f"the slug {slug!r} is already used by another tenant"})
+        raise ValidationError(
+            {"slug": _("the slug %(slug)r is already used by another tenant") % {"slug": slug}}
+        )
 
 
 @transaction.atomic
@@ -107,7 +117,7 @@ def create_tenant(
 def update_tenant(*, actor: Any, tenant: Tenant, **changes: Any) -> Tenant:
     unknown = set(changes) - set(TENANT_FIELDS)
     if unknown:
-        raise ValidationError({name: "cannot be changed here" for name in unknown})
+        raise ValidationError({name: _("cannot be changed here") for name in unknown})
     if "slug" in changes:
         _check_slug_free(changes["slug"], exclude=tenant)
     _check_term(
@@ -135,8 +145,11 @@ def move_tenant(*, actor: Any, tenant: Tenant, parent: Tenant) -> Tenant:
     if parent.path.startswith(tenant.path):
         raise ValidationError(
             {
-                "parent": f"{parent.name} is {tenant.name} itself or inside it; "
-                "a tenant cannot move under its own descendant"
+                "parent": _(
+                    "%(parent)s is %(tenant)s itself or inside it; "
+                    "a tenant cannot move under its own descendant"
+                )
+                % {"parent": parent.name, "tenant": tenant.name}
             }
         )
     _check_parent(tenant.kind, parent)
@@ -163,10 +176,14 @@ def move_tenant(*, actor: Any, tenant: Tenant, parent: Tenant) -> Tenant:
 @transaction.atomic
 def delete_tenant(*, actor: Any, tenant: Tenant) -> None:
     if tenant.children.exists():
-        raise ValidationError({"tenant": f"{tenant.name} still has tenants under it"})
+        raise ValidationError(
+            {"tenant": _("%(name)s still has tenants under it") % {"name": tenant.name}}
+        )
     quota = Quota.objects.filter(tenant=tenant).first()
     if quota and (quota.used_environments or quota.used_jobs):
-        raise ValidationError({"tenant": f"{tenant.name} still has running workloads"})
+        raise ValidationError(
+            {"tenant": _("%(name)s still has running workloads") % {"name": tenant.name}}
+        )
     parent = tenant.parent
     record("tenant.delete", actor=actor, target=tenant, tenant=parent, slug=tenant.slug)
     tenant.delete()
@@ -202,7 +219,10 @@ def set_membership(*, actor: Any, tenant: Tenant, user: Any, role: str) -> Membe
     """Give ``user`` the role on ``tenant`` (creating or changing the membership)."""
     if role not in Role.values:
         raise ValidationError(
-            {"role": f"unknown role {role!r}; use one of {', '.join(Role.values)}"}
+            {
+                "role": _("unknown role %(role)r; use one of %(roles)s")
+                % {"role": role, "roles": ", ".join(Role.values)}
+            }
         )
     membership, created = Membership.objects.select_for_update().get_or_create(
         user=user, tenant=tenant, defaults={"role": role}
@@ -260,11 +280,11 @@ def set_quota(*, actor: Any, tenant: Tenant, **limits: Any) -> QuotaUpdate:
     work is never cut off by a quota change, new work waits until use drops."""
     unknown = set(limits) - set(QUOTA_LIMIT_FIELDS)
     if unknown:
-        raise ValidationError({name: "is not a quota limit" for name in sorted(unknown)})
+        raise ValidationError({name: _("is not a quota limit") for name in sorted(unknown)})
     for name, value in limits.items():
         if value is not None and Decimal(value) < 0:
-            raise ValidationError({name: "cannot be negative"})
-    quota, _ = Quota.objects.select_for_update().get_or_create(tenant=tenant)
+            raise ValidationError({name: _("cannot be negative")})
+    quota, _created = Quota.objects.select_for_update().get_or_create(tenant=tenant)
     before = {name: getattr(quota, name) for name in limits}
     for name, value in limits.items():
         setattr(quota, name, value)
@@ -307,12 +327,12 @@ def _chain(tenant: Tenant, user: Any, *, lock: bool) -> tuple[list[Quota], dict[
     by_tenant = {q.tenant_id: q for q in quotas}
     missing = [i for i in ids if i not in by_tenant]
     for tenant_id in missing:
-        by_tenant[tenant_id], _ = Quota.objects.get_or_create(tenant_id=tenant_id)
+        by_tenant[tenant_id], _created = Quota.objects.get_or_create(tenant_id=tenant_id)
     usage: dict[int, MemberUsage] = {}
     if user is not None:
         if lock:  # charging: every level needs a row to update
             for tenant_id in ids:
-                usage[tenant_id], _ = MemberUsage.objects.get_or_create(
+                usage[tenant_id], _created = MemberUsage.objects.get_or_create(
                     tenant_id=tenant_id, user=user
                 )
         else:  # reading: a missing row is zero use
@@ -330,7 +350,9 @@ def _levels(quotas: list[Quota], usage: dict[int, MemberUsage]) -> list[quota_ma
         levels.append(
             quota_math.Level(
                 tenant=q.tenant.name,
-                kind=q.tenant.get_kind_display().lower(),
+                # The kind's value, not its label: refusals become reasons, kept in English
+                # whatever language the request came in (reasons.py translates them).
+                kind=str(q.tenant.kind),
                 limits={name: getattr(q, name) for name in quota_math.RESOURCES},
                 used={name: getattr(q, f"used_{name}") for name in quota_math.RESOURCES},
                 gpu_hours_limit=q.gpu_hours_per_term,
@@ -422,7 +444,7 @@ class RosterResult:
 
 class RosterRejected(Exception):
     def __init__(self, errors: list[roster.RowError]) -> None:
-        super().__init__(f"{len(errors)} problem(s) in the roster")
+        super().__init__(_("%(n)s problem(s) in the roster") % {"n": len(errors)})
         self.errors = errors
 
 
@@ -444,16 +466,26 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
             or tenant.kind not in (TenantKind.CLASS, TenantKind.PROJECT)
         ):
             errors.append(
-                roster.RowError(row.line, "class", f"no class {row.class_slug!r} that you manage")
+                roster.RowError(
+                    row.line,
+                    "class",
+                    _("no class %(slug)r that you manage") % {"slug": row.class_slug},
+                )
             )
         elif not access.can_manage(tenant):
             errors.append(
-                roster.RowError(row.line, "class", f"you do not manage class {row.class_slug!r}")
+                roster.RowError(
+                    row.line,
+                    "class",
+                    _("you do not manage class %(slug)r") % {"slug": row.class_slug},
+                )
             )
         elif not access.can_assign_role(tenant, row.role):
             errors.append(
                 roster.RowError(
-                    row.line, "role", f"you cannot make people {row.role} of this class"
+                    row.line,
+                    "role",
+                    _("you cannot make people %(role)s of this class") % {"role": row.role},
                 )
             )
     existing = {
@@ -467,7 +499,8 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
                 roster.RowError(
                     row.line,
                     "email",
-                    f"{row.student_number} already exists with another email address",
+                    _("%(number)s already exists with another email address")
+                    % {"number": row.student_number},
                 )
             )
     if errors:
@@ -519,7 +552,7 @@ def update_preferences(*, actor: Any, **changes: Any) -> Any:
     """A person's own display name, language and time zone."""
     unknown = set(changes) - set(PREFERENCE_FIELDS)
     if unknown:
-        raise ValidationError({name: "cannot be changed here" for name in unknown})
+        raise ValidationError({name: _("cannot be changed here") for name in unknown})
     changed = {k: v for k, v in changes.items() if getattr(actor, k) != v}
     if changed:
         for name, value in changed.items():
@@ -543,9 +576,9 @@ def create_api_token(
     """A new personal token for ``actor``; the secret is returned once and never stored."""
     name = name.strip()
     if not name:
-        raise ValidationError({"name": "give the token a name, e.g. 'laptop'"})
+        raise ValidationError({"name": _("give the token a name, e.g. 'laptop'")})
     if expires_at is not None and expires_at <= timezone.now():
-        raise ValidationError({"expires_at": "must be in the future"})
+        raise ValidationError({"expires_at": _("must be in the future")})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=actor,

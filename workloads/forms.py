@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from tenants.models import Tenant
 from workloads.models import Flavor
@@ -36,7 +37,7 @@ class JobForm(forms.Form):
     )
     max_retries = forms.IntegerField(label=_("Retries"), min_value=0, max_value=10, initial=0)
     env = forms.CharField(
-        label=_("Environment"),
+        label=pgettext_lazy("job form: variables", "Environment"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "EPOCHS=10"}),
         help_text=_("One NAME=value a line."),

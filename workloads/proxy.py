@@ -25,6 +25,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import resolve_url
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import ConnectionClosed
@@ -85,7 +87,7 @@ WEBSOCKET_HANDSHAKE_HEADERS = frozenset(
 MIN_SECRET_LENGTH = 8
 
 _PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{extra}
+<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>{extra}
 <style>body{{font-family:system-ui,sans-serif;max-width:36rem;margin:4rem auto;padding:0 1rem}}
 </style></head><body><h1>{title}</h1><p>{text}</p></body></html>
 """
@@ -368,8 +370,14 @@ def response_headers(
 def page(
     status: int, title: str, text: str, *, refresh: int | None = None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The status, headers and body of a short page in the active language."""
     extra = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
-    body = _PAGE.format(title=html.escape(title), text=html.escape(text), extra=extra)
+    body = _PAGE.format(
+        lang=translation.get_language() or settings.LANGUAGE_CODE,
+        title=html.escape(str(title)),
+        text=html.escape(str(text)),
+        extra=extra,
+    )
     headers = [
         (b"content-type", b"text/html; charset=utf-8"),
         (b"cache-control", b"no-store"),
@@ -380,17 +388,35 @@ def page(
     return status, headers, body.encode()
 
 
-NOT_FOUND = page(404, "Not found", "There is no environment here, or it is not yours to open.")
-STARTING = page(
+@dataclass(frozen=True)
+class Page:
+    """A page the proxy answers with itself, drawn in the reader's language when sent."""
+
+    status: int
+    title: Any  # lazy text
+    text: Any
+    refresh: int | None = None
+
+    def render(self, scope: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        from portal.live import _language
+
+        with translation.override(_language(scope, scope.get("user"))):
+            return page(self.status, self.title, self.text, refresh=self.refresh)
+
+
+NOT_FOUND = Page(
+    404, _("Not found"), _("There is no environment here, or it is not yours to open.")
+)
+STARTING = Page(
     503,
-    "Your environment is starting",
-    "It will open here by itself in a few seconds.",
+    _("Your environment is starting"),
+    _("It will open here by itself in a few seconds."),
     refresh=RETRY_AFTER_SECONDS,
 )
-BAD_GATEWAY = page(502, "Your environment is not answering", "Try again in a moment.")
-GATEWAY_TIMEOUT = page(504, "Your environment took too long to answer", "Try again.")
-FORBIDDEN = page(403, "Refused", "This request came from another site.")
-TOO_LARGE = page(413, "Too large", "The request is larger than the portal forwards.")
+BAD_GATEWAY = Page(502, _("Your environment is not answering"), _("Try again in a moment."))
+GATEWAY_TIMEOUT = Page(504, _("Your environment took too long to answer"), _("Try again."))
+FORBIDDEN = Page(403, _("Refused"), _("This request came from another site."))
+TOO_LARGE = Page(413, _("Too large"), _("The request is larger than the portal forwards."))
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
@@ -413,8 +439,8 @@ class NotebookHttpProxy(AsyncHttpConsumer):
             message = {**message, "body": b""}
         await super().http_request(message)
 
-    async def respond(self, answer: tuple[int, list[tuple[bytes, bytes]], bytes]) -> None:
-        status, headers, body = answer
+    async def respond(self, answer: Page) -> None:
+        status, headers, body = answer.render(self.scope)
         await self.send_response(status, body, headers=headers)
 
     async def handle(self, body: bytes) -> None:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from django.utils.dates import WEEKDAYS_ABBR
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
+
+from workloads.choices import WEEKDAYS
 
 # The resource words of tenants.quota.RESOURCES, as they appear in refusals.
 _RESOURCE_WORDS = {
@@ -39,6 +42,35 @@ def _kind(word: str) -> str:
 
 def _word(word: str) -> str:
     return _(_RESOURCE_WORDS.get(word, word))
+
+
+_DAY = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b")
+
+
+def _days(text: str) -> str:
+    """Weekday abbreviations (workloads.windows.describe) in the reader's language."""
+    return _DAY.sub(lambda m: str(WEEKDAYS_ABBR[WEEKDAYS.index(m[1])]), text)
+
+
+_FREE_GPUS = re.compile(r"^(?P<n>\d+) free (?P<models>.*?) *GPUs?$")
+_GPU_SHARE = re.compile(
+    r"^a (?P<models>.+ )?GPU with (?P<pct>[\d.]+)% compute and (?P<mib>\d+) MiB free$"
+)
+_CPU_MEMORY = re.compile(r"^(?P<cores>[\d.]+) CPU cores and (?P<mib>\d+) MiB of memory free$")
+
+
+def _capacity(what: str) -> str:
+    """What no node has free (scheduling.placement), in the reader's language."""
+    if m := _FREE_GPUS.match(what):
+        models = f"{m['models']} " if m["models"] else ""
+        return ngettext(
+            "%(n)s free %(models)sGPU", "%(n)s free %(models)sGPUs", int(m["n"])
+        ) % _fill(m, models=models)
+    if m := _GPU_SHARE.match(what):
+        return _("a %(models)sGPU with %(pct)s%% compute and %(mib)s MiB free") % _fill(m)
+    if m := _CPU_MEMORY.match(what):
+        return _("%(cores)s CPU cores and %(mib)s MiB of memory free") % _fill(m)
+    return what
 
 
 def _rules() -> list[Rule]:
@@ -102,7 +134,10 @@ def _rules() -> list[Rule]:
         ),
         (
             r(r"^waiting for capacity: no node has (?P<what>.+) now$"),
-            lambda m: _("waiting for capacity: no node has %(what)s now") % _fill(m),
+            lambda m: (
+                _("waiting for capacity: no node has %(what)s now")
+                % _fill(m, what=_capacity(m["what"]))
+            ),
         ),
         (
             r(r"^waiting for all (?P<n>\d+) workers of the gang to fit \((?P<m>\d+) fit now\)$"),
@@ -112,7 +147,10 @@ def _rules() -> list[Rule]:
         ),
         (
             r(r"^waiting for the grant's time window \((?P<windows>.+)\)$"),
-            lambda m: _("waiting for the grant's time window (%(windows)s)") % _fill(m),
+            lambda m: (
+                _("waiting for the grant's time window (%(windows)s)")
+                % _fill(m, windows=_days(m["windows"]))
+            ),
         ),
         (
             r(
@@ -162,6 +200,7 @@ def _rules() -> list[Rule]:
             lambda m: _("the grant expired on %(date)s") % _fill(m),
         ),
         (r(r"^starting on (?P<nodes>.+)$"), lambda m: _("starting on %(nodes)s") % _fill(m)),
+        (r(r"^stopped by the portal$"), lambda m: _("stopped by the portal")),
         (r(r"^stopped by (?P<who>.+)$"), lambda m: _("stopped by %(who)s") % _fill(m)),
         (r(r"^idle for (?P<n>\d+) minutes$"), lambda m: _("idle for %(n)s minutes") % _fill(m)),
         (
@@ -183,7 +222,10 @@ def _rules() -> list[Rule]:
         ),
         (
             r(r"^restarting after a failure \((?P<why>.+)\): attempt (?P<a>\d+) of (?P<b>\d+)$"),
-            lambda m: _("restarting after a failure (%(why)s): attempt %(a)s of %(b)s") % _fill(m),
+            lambda m: (
+                _("restarting after a failure (%(why)s): attempt %(a)s of %(b)s")
+                % _fill(m, why=translate(m["why"]))
+            ),
         ),
         (
             r(r"^running on (?P<where>.+) \(simulated\)$"),
@@ -196,6 +238,130 @@ def _rules() -> list[Rule]:
         (
             r(r"^worker (?P<n>\d+) exited with code (?P<code>-?\d+)(?P<rest>.*)$"),
             lambda m: _("worker %(n)s exited with code %(code)s") % m.groupdict() + m["rest"],
+        ),
+        # The local backend's outcomes (scheduling.backends.local); a program's last log line
+        # after ": " stays as it is.
+        (
+            r(
+                r"^worker (?P<n>\d+) was killed by (?P<signal>\w+) \(exit code (?P<code>-?\d+)\)"
+                r"(?P<rest>.*)$"
+            ),
+            lambda m: (
+                _("worker %(n)s was killed by %(signal)s (exit code %(code)s)") % _fill(m)
+                + m["rest"]
+            ),
+        ),
+        (
+            r(r"^worker (?P<n>\d+) disappeared without an exit code(?P<rest>.*)$"),
+            lambda m: _("worker %(n)s disappeared without an exit code") % _fill(m) + m["rest"],
+        ),
+        (
+            r(r"^all (?P<n>\d+) workers exited with code 0$"),
+            lambda m: _("all %(n)s workers exited with code 0") % _fill(m),
+        ),
+        (r(r"^exited with code 0$"), lambda m: _("exited with code 0")),
+        (
+            r(r"^only (?P<n>\d+) of (?P<m>\d+) tasks were started$"),
+            lambda m: _("only %(n)s of %(m)s tasks were started") % _fill(m),
+        ),
+        (
+            r(r"^(?P<app>[A-Z][\w-]*) shut itself down \(exit code 0\)$"),
+            lambda m: _("%(app)s shut itself down (exit code 0)") % _fill(m),
+        ),
+        (
+            r(r"^(?P<app>[A-Z][\w-]*) exited with code (?P<code>-?\d+)(?P<rest>.*)$"),
+            lambda m: _("%(app)s exited with code %(code)s") % _fill(m) + m["rest"],
+        ),
+        (
+            r(
+                r"^(?P<app>[A-Z][\w-]*) was killed by (?P<signal>\w+) \(exit code (?P<code>-?\d+)\)"
+                r"(?P<rest>.*)$"
+            ),
+            lambda m: (
+                _("%(app)s was killed by %(signal)s (exit code %(code)s)") % _fill(m) + m["rest"]
+            ),
+        ),
+        (
+            r(r"^(?P<app>[A-Z][\w-]*) disappeared without an exit code(?P<rest>.*)$"),
+            lambda m: _("%(app)s disappeared without an exit code") % _fill(m) + m["rest"],
+        ),
+        (r(r"^stopped on request$"), lambda m: _("stopped on request")),
+        (
+            r(r"^stopping: waiting for the processes to exit$"),
+            lambda m: _("stopping: waiting for the processes to exit"),
+        ),
+        (
+            r(r"^waiting for the server to answer$"),
+            lambda m: _("waiting for the server to answer"),
+        ),
+        (r(r"^no such workload on this host$"), lambda m: _("no such workload on this host")),
+        (
+            r(r"^failed after (?P<n>\d+) restarts?: (?P<why>.+)$"),
+            lambda m: (
+                ngettext(
+                    "failed after %(n)s restart: %(why)s",
+                    "failed after %(n)s restarts: %(why)s",
+                    int(m["n"]),
+                )
+                % _fill(m, why=translate(m["why"]))
+            ),
+        ),
+        # Placement (scheduling.placement) and the scheduling session (workloads.admission).
+        (r(r"^this cluster has no nodes$"), lambda m: _("this cluster has no nodes")),
+        (
+            r(
+                r"^bigger than any GPU: asks (?P<n>\d+) MiB of GPU memory, the largest GPU has "
+                r"(?P<m>\d+)$"
+            ),
+            lambda m: (
+                _("bigger than any GPU: asks %(n)s MiB of GPU memory, the largest GPU has %(m)s")
+                % _fill(m)
+            ),
+        ),
+        (
+            r(r"^waiting for preempted work to stop$"),
+            lambda m: _("waiting for preempted work to stop"),
+        ),
+        (r(r"^waiting for its turn$"), lambda m: _("waiting for its turn")),
+        (
+            r(r"^queue (?P<queue>.+): capability reached$"),
+            lambda m: _("queue %(queue)s: capability reached") % _fill(m),
+        ),
+        (
+            r(r"^queue (?P<queue>.+): at its deserved share$"),
+            lambda m: _("queue %(queue)s: at its deserved share") % _fill(m),
+        ),
+        (
+            r(r"^queue (?P<queue>.+) is closed$"),
+            lambda m: _("queue %(queue)s is closed") % _fill(m),
+        ),
+        (
+            r(r"^cluster full: not enough idle resources to admit$"),
+            lambda m: _("cluster full: not enough idle resources to admit"),
+        ),
+        (
+            r(r"^gang: not all (?P<n>\d+) tasks needed to start fit at once$"),
+            lambda m: _("gang: not all %(n)s tasks needed to start fit at once") % _fill(m),
+        ),
+        (r(r"^not admitted yet$"), lambda m: _("not admitted yet")),
+        (
+            r(r"^(?P<verb>preempted|reclaimed) for job (?P<job>.+)$"),
+            lambda m: (
+                (
+                    _("preempted for job %(job)s")
+                    if m["verb"] == "preempted"
+                    else _("reclaimed for job %(job)s")
+                )
+                % _fill(m)
+            ),
+        ),
+        (
+            r(r"^no queue named (?P<queue>.+)$"),
+            lambda m: _("no queue named %(queue)s") % _fill(m),
+        ),
+        (
+            r(r"^waiting: (?P<inner>.+)$"),
+            lambda m: _("waiting: %(why)s") % {"why": translate(m["inner"])},
         ),
         (
             r(r"^lost: the cluster no longer knows this workload$"),

@@ -233,7 +233,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
         .order_by("template__name")
     )
     for g in grants:
-        g.windows_text = windows.describe(g.windows)
+        g.windows_text = windows.describe_local(g.windows)
     roles = [
         (value, label) for value, label in Role.choices if access.can_assign_role(tenant, value)
     ]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
@@ -30,11 +31,11 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     def validate_config(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise serializers.ValidationError("must be an object")
+            raise serializers.ValidationError(_("must be an object"))
         gpus = value.get("gpus")
         if gpus is not None:
             if not isinstance(gpus, list):
-                raise serializers.ValidationError("gpus: a list of {index, model, memory_mib}")
+                raise serializers.ValidationError(_("gpus: a list of {index, model, memory_mib}"))
             for i, gpu in enumerate(gpus):
                 if (
                     not isinstance(gpu, dict)
@@ -45,11 +46,12 @@ class ClusterSerializer(serializers.ModelSerializer):
                     or gpu["memory_mib"] <= 0
                 ):
                     raise serializers.ValidationError(
-                        f"gpus[{i}]: give index (int), model (text) and memory_mib (> 0)"
+                        _("gpus[%(i)s]: give index (int), model (text) and memory_mib (> 0)")
+                        % {"i": i}
                     )
         overcommit = value.get("cpu_overcommit", 1)
         if not isinstance(overcommit, int | float) or not 1 <= overcommit <= 64:
-            raise serializers.ValidationError("cpu_overcommit: a number from 1 to 64")
+            raise serializers.ValidationError(_("cpu_overcommit: a number from 1 to 64"))
         return value
 
 
@@ -110,12 +112,12 @@ class NodeSerializer(serializers.ModelSerializer):
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            raise serializers.ValidationError("labels are an object of text: text")
+            raise serializers.ValidationError(_("labels are an object of text: text"))
         return value
 
     def validate_taints(self, value: Any) -> list[dict[str, str]]:
         if not isinstance(value, list):
-            raise serializers.ValidationError("taints are a list of {key, value, effect}")
+            raise serializers.ValidationError(_("taints are a list of {key, value, effect}"))
         for i, taint in enumerate(value):
             if (
                 not isinstance(taint, dict)
@@ -126,8 +128,11 @@ class NodeSerializer(serializers.ModelSerializer):
                 )
             ):
                 raise serializers.ValidationError(
-                    f"taints[{i}]: give key, optionally value and effect "
-                    "(NoSchedule, PreferNoSchedule or NoExecute)"
+                    _(
+                        "taints[%(i)s]: give key, optionally value and effect "
+                        "(NoSchedule, PreferNoSchedule or NoExecute)"
+                    )
+                    % {"i": i}
                 )
         return value
 
@@ -157,19 +162,20 @@ class QueueSerializer(serializers.ModelSerializer):
 
     def validate_weight(self, value: int) -> int:
         if value < 1:
-            raise serializers.ValidationError("must be at least 1")
+            raise serializers.ValidationError(_("must be at least 1"))
         return value
 
     def validate_capability(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise serializers.ValidationError("must be an object")
+            raise serializers.ValidationError(_("must be an object"))
         for key, amount in value.items():
             if key not in CAPABILITY_KEYS:
                 raise serializers.ValidationError(
-                    f"unknown resource {key!r}; use {', '.join(CAPABILITY_KEYS)}"
+                    _("unknown resource %(key)r; use %(keys)s")
+                    % {"key": key, "keys": ", ".join(CAPABILITY_KEYS)}
                 )
             if not isinstance(amount, int | float) or amount < 0:
-                raise serializers.ValidationError(f"{key} must be a number ≥ 0")
+                raise serializers.ValidationError(_("%(key)s must be a number ≥ 0") % {"key": key})
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -177,12 +183,12 @@ class QueueSerializer(serializers.ModelSerializer):
         cluster = attrs.get("cluster") or getattr(self.instance, "cluster", None)
         if parent is not None:
             if parent.cluster_id != cluster.pk:
-                raise serializers.ValidationError({"parent": "must be in the same cluster"})
+                raise serializers.ValidationError({"parent": _("must be in the same cluster")})
             node: Queue | None = parent
             while node is not None:  # walking up: a queue cannot sit under itself
                 if self.instance is not None and node.pk == self.instance.pk:
                     raise serializers.ValidationError(
-                        {"parent": "a queue cannot sit under itself or its descendant"}
+                        {"parent": _("a queue cannot sit under itself or its descendant")}
                     )
                 node = node.parent
         return attrs
@@ -195,7 +201,7 @@ class PriorityClassSerializer(serializers.ModelSerializer):
 
     def validate_value(self, value: int) -> int:
         if not -1_000_000 <= value <= 1_000_000_000:
-            raise serializers.ValidationError("must be between -1000000 and 1000000000")
+            raise serializers.ValidationError(_("must be between -1000000 and 1000000000"))
         return value
 
 

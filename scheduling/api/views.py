@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet, Sum
 from django.db.models.functions import Coalesce
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -172,7 +173,7 @@ def _text(upload: Any, field: str) -> str:
     try:
         return str(upload.read().decode("utf-8-sig"))
     except UnicodeDecodeError:
-        raise ValidationError({field: "the file is not UTF-8 text"}) from None
+        raise ValidationError({field: _("the file is not UTF-8 text")}) from None
 
 
 class PriorityClassViewSet(_Audited, viewsets.ModelViewSet):

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -61,9 +62,9 @@ class TenantSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # The tree shape is changed with the move action, so its checks run in one place.
         if self.instance is not None and "parent" in attrs:
-            raise serializers.ValidationError({"parent": "use the move action to re-parent"})
+            raise serializers.ValidationError({"parent": _("use the move action to re-parent")})
         if self.instance is not None and "kind" in attrs and attrs["kind"] != self.instance.kind:
-            raise serializers.ValidationError({"kind": "the kind of a tenant cannot change"})
+            raise serializers.ValidationError({"kind": _("the kind of a tenant cannot change")})
         return attrs
 
 

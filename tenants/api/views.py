@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext as _
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -66,23 +67,25 @@ class TenantViewSet(viewsets.ModelViewSet):
         me = access(self.request)
         if parent is None:
             if not me.is_superuser:
-                raise PermissionDenied("Only a superuser creates a top-level organisation.")
+                raise PermissionDenied(_("Only a superuser creates a top-level organisation."))
         elif not me.can_view(parent):
-            raise ValidationError({"parent": f"no tenant {parent.slug!r}"})
+            raise ValidationError({"parent": _("no tenant %(slug)r") % {"slug": parent.slug}})
         elif not me.can_administer(parent):
-            raise PermissionDenied(f"You do not administer {parent.name}.")
+            raise PermissionDenied(_("You do not administer %(name)s.") % {"name": parent.name})
         serializer.instance = services.create_tenant(actor=self.request.user, **data)
 
     def perform_update(self, serializer: s.TenantSerializer) -> None:
         if not access(self.request).can_administer(serializer.instance):
-            raise PermissionDenied(f"You do not administer {serializer.instance.name}.")
+            raise PermissionDenied(
+                _("You do not administer %(name)s.") % {"name": serializer.instance.name}
+            )
         serializer.instance = services.update_tenant(
             actor=self.request.user, tenant=serializer.instance, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Tenant) -> None:
         if not access(self.request).can_administer(instance.parent or instance):
-            raise PermissionDenied(f"You do not administer {instance.name}.")
+            raise PermissionDenied(_("You do not administer %(name)s.") % {"name": instance.name})
         services.delete_tenant(actor=self.request.user, tenant=instance)
 
     @extend_schema(request=s.MoveSerializer, responses=s.TenantSerializer)
@@ -95,9 +98,9 @@ class TenantViewSet(viewsets.ModelViewSet):
         parent = body.validated_data["parent"]
         me = access(request)
         if not me.can_view(parent):
-            raise ValidationError({"parent": f"no tenant {parent.slug!r}"})
+            raise ValidationError({"parent": _("no tenant %(slug)r") % {"slug": parent.slug}})
         if not (me.can_administer(tenant) and me.can_administer(parent)):
-            raise PermissionDenied("You must administer both the tenant and its new parent.")
+            raise PermissionDenied(_("You must administer both the tenant and its new parent."))
         tenant = services.move_tenant(actor=request.user, tenant=tenant, parent=parent)
         return Response(self.get_serializer(tenant).data)
 
@@ -111,7 +114,9 @@ class TenantViewSet(viewsets.ModelViewSet):
         if request.method == "GET":
             return Response(s.QuotaSerializer(quota).data)
         if not access(request).can_administer(tenant):
-            raise PermissionDenied(f"You do not administer the quota of {tenant.name}.")
+            raise PermissionDenied(
+                _("You do not administer the quota of %(name)s.") % {"name": tenant.name}
+            )
         body = s.QuotaSerializer(quota, data=request.data, partial=request.method == "PATCH")
         body.is_valid(raise_exception=True)
         update = services.set_quota(actor=request.user, tenant=tenant, **body.validated_data)
@@ -157,9 +162,12 @@ class MembershipViewSet(viewsets.ModelViewSet):
     def _check(self, tenant: Tenant, role: str) -> None:
         me = access(self.request)
         if not me.can_view(tenant):
-            raise ValidationError({"tenant": f"no tenant {tenant.slug!r}"})
+            raise ValidationError({"tenant": _("no tenant %(slug)r") % {"slug": tenant.slug}})
         if not (me.can_manage(tenant) and me.can_assign_role(tenant, role)):
-            raise PermissionDenied(f"You cannot give the role {role} in {tenant.name}.")
+            raise PermissionDenied(
+                _("You cannot give the role %(role)s in %(tenant)s.")
+                % {"role": role, "tenant": tenant.name}
+            )
 
     def perform_create(self, serializer: s.MembershipSerializer) -> None:
         data = serializer.validated_data
@@ -167,8 +175,8 @@ class MembershipViewSet(viewsets.ModelViewSet):
         if Membership.objects.filter(user=data["user"], tenant=data["tenant"]).exists():
             raise ValidationError(
                 {
-                    "user": f"{data['user'].username} is already a member; "
-                    "change the role of that membership"
+                    "user": _("%(user)s is already a member; change the role of that membership")
+                    % {"user": data["user"].username}
                 }
             )
         serializer.instance = services.set_membership(actor=self.request.user, **data)
@@ -180,7 +188,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
             data.get("tenant", membership.tenant) != membership.tenant
             or data.get("user", membership.user) != membership.user
         ):
-            raise ValidationError({"tenant": "only the role of a membership can change"})
+            raise ValidationError({"tenant": _("only the role of a membership can change")})
         self._check(membership.tenant, membership.role)
         self._check(membership.tenant, data.get("role", membership.role))
         serializer.instance = services.set_membership(
@@ -213,7 +221,7 @@ class RosterImportView(APIView):
     def post(self, request: Request) -> Response:
         me = access(request)
         if not me.manages_anything():
-            raise PermissionDenied("Only teachers and admins import rosters.")
+            raise PermissionDenied(_("Only teachers and admins import rosters."))
         body = s.RosterUploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -51,11 +52,11 @@ class FlavorSerializer(serializers.ModelSerializer):
         milli = attrs.get("gpu_milli", getattr(self.instance, "gpu_milli", 0))
         if gpus and milli:
             raise serializers.ValidationError(
-                {"gpu_milli": "a flavor has whole GPUs or a share of one, not both"}
+                {"gpu_milli": _("a flavor has whole GPUs or a share of one, not both")}
             )
         models = attrs.get("gpu_models", [])
         if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
-            raise serializers.ValidationError({"gpu_models": "a list of GPU model names"})
+            raise serializers.ValidationError({"gpu_models": _("a list of GPU model names")})
         return attrs
 
 
@@ -87,7 +88,7 @@ class AppTemplateSerializer(serializers.ModelSerializer):
         allowed = attrs.get("allowed_flavors")
         if allowed is not None and default is not None and default not in allowed:
             raise serializers.ValidationError(
-                {"default_flavor": "must be one of the allowed flavors"}
+                {"default_flavor": _("must be one of the allowed flavors")}
             )
         return attrs
 
@@ -134,19 +135,22 @@ class GrantSerializer(serializers.ModelSerializer):
         flavors = attrs.get("flavors")
         if template is not None and flavors is not None:
             if not flavors:
-                raise serializers.ValidationError({"flavors": "grant at least one flavor"})
+                raise serializers.ValidationError({"flavors": _("grant at least one flavor")})
             allowed = set(template.allowed_flavors.all())
             outside = [f.slug for f in flavors if f not in allowed]
             if outside:
                 raise serializers.ValidationError(
-                    {"flavors": f"not allowed by {template.name}: {', '.join(outside)}"}
+                    {
+                        "flavors": _("not allowed by %(template)s: %(flavors)s")
+                        % {"template": template.name, "flavors": ", ".join(outside)}
+                    }
                 )
         tenant = attrs.get("tenant")
         if tenant is not None and tenant.kind not in ("class", "project"):
-            raise serializers.ValidationError({"tenant": "grant to a class or a project"})
+            raise serializers.ValidationError({"tenant": _("grant to a class or a project")})
         for name in ("member_limit", "max_duration_minutes"):
             if name in attrs and attrs[name] < 1:
-                raise serializers.ValidationError({name: "must be at least 1"})
+                raise serializers.ValidationError({name: _("must be at least 1")})
         return attrs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -86,9 +87,9 @@ class GrantViewSet(viewsets.ModelViewSet):
     def _check(self, tenant: Any) -> None:
         access = Access.of(self.request.user)
         if not access.can_view(tenant):
-            raise ValidationError({"tenant": f"no class {tenant.slug!r}"})
+            raise ValidationError({"tenant": _("no class %(slug)r") % {"slug": tenant.slug}})
         if not access.can_manage(tenant):
-            raise PermissionDenied(f"You do not manage {tenant.name}.")
+            raise PermissionDenied(_("You do not manage %(name)s.") % {"name": tenant.name})
 
     def perform_create(self, serializer: s.GrantSerializer) -> None:
         self._check(serializer.validated_data["tenant"])
@@ -161,7 +162,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         data = dict(body.validated_data)
         tenant = services.member_tenants(request.user).filter(slug=data.pop("tenant")).first()
         if tenant is None:
-            raise ValidationError({"tenant": "not one of your classes or projects"})
+            raise ValidationError({"tenant": _("not one of your classes or projects")})
         workload = services.submit_job(actor=request.user, tenant=tenant, **data)
         return Response(
             self.get_serializer(self._fresh(workload)).data, status=status.HTTP_201_CREATED
@@ -173,7 +174,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def _controlled(self) -> Workload:
         workload = self.get_object()
         if not can_control(self.request.user, workload):
-            raise PermissionDenied("You cannot act on this workload.")
+            raise PermissionDenied(_("You cannot act on this workload."))
         return workload
 
     @extend_schema(request=None, responses=s.WorkloadSerializer)
@@ -181,7 +182,9 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def stop(self, request: Request, pk: str) -> Response:
         workload = self._controlled()
         if not workload.is_active:
-            raise ValidationError({"state": f"it is already {workload.state}"})
+            raise ValidationError(
+                {"state": _("it is already %(state)s") % {"state": workload.state}}
+            )
         services.stop(actor=request.user, workload=workload)
         return Response(self.get_serializer(self._fresh(workload)).data)
 
@@ -190,7 +193,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def extend(self, request: Request, pk: str) -> Response:
         workload = self.get_object()
         if workload.kind != WorkloadKind.NOTEBOOK:
-            raise ValidationError({"workload": "only environments have a time limit"})
+            raise ValidationError({"workload": _("only environments have a time limit")})
         services.extend(actor=request.user, workload=workload)
         return Response(self.get_serializer(self._fresh(workload)).data)
 
@@ -213,9 +216,9 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             task = int(request.query_params.get("task", 0))
             offset = int(request.query_params.get("offset", 0))
         except ValueError:
-            raise ValidationError({"task": "task and offset are whole numbers"}) from None
+            raise ValidationError({"task": _("task and offset are whole numbers")}) from None
         if not 0 <= task < workload.workers or offset < 0:
-            raise ValidationError({"task": f"task is 0 to {workload.workers - 1}"})
+            raise ValidationError({"task": _("task is 0 to %(n)s") % {"n": workload.workers - 1}})
         chunk = get_backend(workload.cluster).logs(services.handle_for(workload), task, offset)
         return Response(
             {"text": chunk.text, "next_offset": chunk.next_offset, "tasks": chunk.tasks}
