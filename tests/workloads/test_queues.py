@@ -139,3 +139,18 @@ def test_the_evicted_workload_is_really_stopped_on_the_backend(
     backend.set(low.pk, Phase.RUNNING)
     gpu_job(run, world, catalog, world.charlie, world.class_b)
     assert str(low.pk) in backend.stops
+
+
+def test_only_admins_give_a_grant_a_priority(world, catalog, api) -> None:
+    PriorityClass.objects.create(name="exam", value=1000)
+    body = {
+        "template": "jupyter",
+        "tenant": "ml-101",
+        "flavors": ["small"],
+        "priority_class": "exam",
+    }
+    assert api(world.alice).post("/api/v1/grants/", body, format="json").status_code == 403
+    created = api(world.dean).post("/api/v1/grants/", body, format="json")
+    assert created.status_code == 201 and created.json()["priority_class"] == "exam"
+    without = {k: v for k, v in body.items() if k != "priority_class"}
+    assert api(world.alice).post("/api/v1/grants/", without, format="json").status_code == 201

@@ -6,6 +6,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.models import PriorityClass
 from tenants.models import Tenant
 from workloads import windows
 from workloads.choices import State, WorkloadKind
@@ -100,6 +101,13 @@ class GrantSerializer(serializers.ModelSerializer):
         slug_field="slug", many=True, queryset=Flavor.objects.all()
     )
     windows_text = serializers.SerializerMethodField()
+    priority_class = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=PriorityClass.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="Work from this grant is scheduled with this priority (admins only).",
+    )
 
     class Meta:
         model = Grant
@@ -108,6 +116,7 @@ class GrantSerializer(serializers.ModelSerializer):
             "template",
             "tenant",
             "flavors",
+            "priority_class",
             "member_limit",
             "max_duration_minutes",
             "idle_timeout_minutes",

@@ -91,8 +91,16 @@ class GrantViewSet(viewsets.ModelViewSet):
         if not access.can_manage(tenant):
             raise PermissionDenied(_("You do not manage %(name)s.") % {"name": tenant.name})
 
+    def _check_priority(self, serializer: s.GrantSerializer, tenant: Any) -> None:
+        """A priority class lets a grant's work preempt others: only admins set it."""
+        if "priority_class" in serializer.validated_data and not Access.of(
+            self.request.user
+        ).can_administer(tenant):
+            raise PermissionDenied(_("Only an admin sets the priority of a grant."))
+
     def perform_create(self, serializer: s.GrantSerializer) -> None:
         self._check(serializer.validated_data["tenant"])
+        self._check_priority(serializer, serializer.validated_data["tenant"])
         grant = serializer.save(created_by=self.request.user)
         record(
             "grant.create",
@@ -106,6 +114,7 @@ class GrantViewSet(viewsets.ModelViewSet):
         self._check(serializer.instance.tenant)
         if "tenant" in serializer.validated_data:
             self._check(serializer.validated_data["tenant"])
+        self._check_priority(serializer, serializer.instance.tenant)
         grant = serializer.save()
         record("grant.update", actor=self.request.user, target=grant, tenant=grant.tenant)
 
