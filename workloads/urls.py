@@ -7,6 +7,7 @@ urlpatterns = [
     path("apps/<slug:slug>/launch/", views.launch, name="launch"),
     path("workloads/", views.workload_list, name="workloads"),
     path("usage/", views.usage_page, name="usage"),
+    path("desktop/", views.desktop, name="desktop"),
     path("workloads/new-job/", views.new_job, name="new-job"),
     path("workloads/<uuid:pk>/", views.workload_detail, name="workload"),
     path("workloads/<uuid:pk>/stop/", views.stop, name="workload-stop"),

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from scheduling.backends.registry import get_backend
 from tenants.models import MemberUsage
 from workloads import services
+from workloads.choices import ACTIVE
 from workloads.forms import JobForm, LaunchForm
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
@@ -170,3 +171,17 @@ def usage_page(request: HttpRequest) -> HttpResponse:
             "total_cpu": sum(r.cpu_hours for r in rows),
         },
     )
+
+
+@login_required
+def desktop(request: HttpRequest) -> HttpResponse:
+    """My Desktop: one card per environment that is waiting or running."""
+    environments = list(
+        Workload.objects.filter(owner=request.user, kind="notebook", state__in=ACTIVE)
+        .select_related("flavor", "cluster", "grant", "template")
+        .order_by("-created_at")
+    )
+    for workload in environments:
+        kind = workload.template.kind if workload.template else "jupyter"
+        workload.open_suffix = {"jupyter": "lab", "terminal": "terminals/1"}.get(kind, "")
+    return render(request, "workloads/desktop.html", {"environments": environments})

@@ -139,3 +139,22 @@ def test_the_app_center_uses_a_bounded_number_of_queries(
     client = signed_in(world.bob)
     with django_assert_max_num_queries(25):
         assert client.get("/apps/").status_code == 200
+
+
+def test_my_desktop_shows_one_card_per_environment_with_its_actions(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    from scheduling.backends.base import Phase
+    from workloads import services
+
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
+    workload = Workload.objects.get()
+    backend.set(workload.pk, Phase.RUNNING)
+    services.reconcile(catalog.cluster)
+    page = signed_in(world.bob).get("/desktop/").content.decode()
+    assert f'data-workload-id="{workload.pk}"' in page
+    assert f"/nb/{workload.pk}/lab" in page and "Extend" in page and "Stop" in page
+    assert "left)" in page  # the time left until the deadline
+    other = signed_in(world.charlie).get("/desktop/").content.decode()
+    assert str(workload.pk) not in other
