@@ -10,7 +10,7 @@ from rest_framework import serializers
 from tenants.choices import Role
 from tenants.models import ApiToken, Membership, Quota, Tenant
 from tenants.permissions import Access
-from tenants.services import quota_over_use
+from tenants.services import QUOTA_LIMIT_FIELDS, quota_over_use
 
 User = get_user_model()
 
@@ -83,6 +83,20 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
 
 
+USED_FIELDS = [
+    f"used_{name}"
+    for name in (
+        "gpus",
+        "gpu_memory_mib",
+        "cpu_cores",
+        "memory_mib",
+        "environments",
+        "jobs",
+        "gpu_hours",
+    )
+]
+
+
 class QuotaSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     over_use = serializers.SerializerMethodField(
@@ -91,41 +105,8 @@ class QuotaSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Quota
-        fields = [
-            "tenant",
-            "gpus",
-            "gpu_memory_mib",
-            "cpu_cores",
-            "memory_mib",
-            "environments",
-            "jobs",
-            "gpu_hours_per_term",
-            "member_gpus",
-            "member_environments",
-            "member_jobs",
-            "member_gpu_hours_per_term",
-            "used_gpus",
-            "used_gpu_memory_mib",
-            "used_cpu_cores",
-            "used_memory_mib",
-            "used_environments",
-            "used_jobs",
-            "used_gpu_hours",
-            "over_use",
-            "updated_at",
-        ]
-        read_only_fields = [
-            "tenant",
-            "used_gpus",
-            "used_gpu_memory_mib",
-            "used_cpu_cores",
-            "used_memory_mib",
-            "used_environments",
-            "used_jobs",
-            "used_gpu_hours",
-            "over_use",
-            "updated_at",
-        ]
+        fields = ["tenant", *QUOTA_LIMIT_FIELDS, *USED_FIELDS, "over_use", "updated_at"]
+        read_only_fields = ["tenant", *USED_FIELDS, "over_use", "updated_at"]
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_over_use(self, quota: Quota) -> list[str]:

@@ -72,3 +72,27 @@ class Catalog:
 @pytest.fixture
 def catalog(world: Any) -> Catalog:
     return Catalog(world)
+
+
+def local_catalog(world: Any, kind: str = "jupyter") -> tuple[Cluster, AppTemplate, Flavor]:
+    """This host as a cluster (real local backend), one small flavor and a template of
+    ``kind`` granted to class A: for the tests that run real processes."""
+    from workloads import services
+
+    cluster = Cluster.objects.create(
+        name="This host",
+        slug="host",
+        backend="local",
+        is_default=True,
+        config={"cpu_overcommit": 4},
+    )
+    services.sync_nodes(cluster)
+    image = Image.objects.create(name="Python", slug="py")
+    flavor = Flavor.objects.create(name="small", slug="small", cpu_milli=500, memory_mib=512)
+    template = AppTemplate.objects.create(
+        name=kind, slug=kind, kind=kind, image=image, default_flavor=flavor
+    )
+    template.allowed_flavors.set([flavor])
+    grant = Grant.objects.create(template=template, tenant=world.class_a)
+    grant.flavors.set([flavor])
+    return cluster, template, flavor

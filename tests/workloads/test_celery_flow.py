@@ -16,11 +16,11 @@ from django.db import connection
 from portal.celery import app
 from scheduling.backends import registry
 from scheduling.backends.local import LocalBackend
-from scheduling.models import Cluster
 from tests.marks import requires_redis, requires_shared_database
+from tests.workloads.conftest import local_catalog
 from workloads import services
 from workloads.choices import State
-from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
+from workloads.models import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,23 +96,7 @@ def wait_for(workload: Workload, state: str, timeout: float, log: Path) -> None:
 def test_a_real_worker_drives_a_job_from_pending_to_running_to_stopped(
     world, worker, tmp_path
 ) -> None:
-    cluster = Cluster.objects.create(
-        name="This host",
-        slug="host",
-        backend="local",
-        is_default=True,
-        config={"cpu_overcommit": 4},
-    )
-    services.sync_nodes(cluster)
-    image = Image.objects.create(name="Python", slug="py")
-    flavor = Flavor.objects.create(name="small", slug="small", cpu_milli=500, memory_mib=256)
-    template = AppTemplate.objects.create(
-        name="Terminal", slug="term", kind="terminal", image=image, default_flavor=flavor
-    )
-    template.allowed_flavors.set([flavor])
-    grant = Grant.objects.create(template=template, tenant=world.class_a)
-    grant.flavors.set([flavor])
-
+    cluster, _template, flavor = local_catalog(world, "terminal")
     job = services.submit_job(
         actor=world.bob,
         tenant=world.class_a,

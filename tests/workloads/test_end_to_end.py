@@ -18,9 +18,10 @@ from django.test import Client
 from portal.asgi import application
 from scheduling.backends import registry
 from scheduling.models import Cluster
+from tests.workloads.conftest import local_catalog
 from workloads import services
 from workloads.choices import State
-from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
+from workloads.models import AppTemplate, Workload
 
 
 def cookie_for(user: Any) -> str:
@@ -40,22 +41,7 @@ async def fetch(method: str, path: str, cookie: str, body: bytes = b"") -> dict[
 
 
 def setup_catalog(world: Any) -> tuple[Cluster, AppTemplate]:
-    cluster = Cluster.objects.create(
-        name="This host",
-        slug="host",
-        backend="local",
-        is_default=True,
-        config={"cpu_overcommit": 4},
-    )
-    services.sync_nodes(cluster)
-    image = Image.objects.create(name="Python", slug="py")
-    flavor = Flavor.objects.create(name="small", slug="small", cpu_milli=500, memory_mib=512)
-    template = AppTemplate.objects.create(
-        name="JupyterLab", slug="lab", kind="jupyter", image=image, default_flavor=flavor
-    )
-    template.allowed_flavors.set([flavor])
-    grant = Grant.objects.create(template=template, tenant=world.class_a)
-    grant.flavors.set([flavor])
+    cluster, template, _flavor = local_catalog(world, "jupyter")
     return cluster, template
 
 
