@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.run-deps
 TEST_STAMP := $(VENV)/.test-deps
 
-.PHONY: run test lint pytest install clean
+.PHONY: run test lint pytest browser install clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Quanta needs Python 3.11+"'
@@ -31,10 +31,11 @@ run: $(RUN_STAMP)
 	$(BIN)/python manage.py seed_demo --url http://127.0.0.1:$(PORT)/
 	$(BIN)/python manage.py serve 127.0.0.1:$(PORT)
 
-# The whole suite: lint, types, tests. CI (.ci/run) calls exactly this with DATABASE_URL and
-# REDIS_URL pointing at real PostgreSQL and Redis. pytest's exit code 5 (no test ran) fails it.
+# The whole suite: lint, types, tests, then the browser tests. CI (.ci/run) calls exactly this
+# with DATABASE_URL and REDIS_URL pointing at real PostgreSQL and Redis. pytest's exit code 5
+# (no test ran) fails it.
 test: export DEBUG ?= true
-test: $(TEST_STAMP) lint pytest
+test: $(TEST_STAMP) lint pytest browser
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
@@ -43,7 +44,15 @@ lint: $(TEST_STAMP)
 
 pytest: export DEBUG ?= true
 pytest: $(TEST_STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/browser $(PYTEST_ARGS)
+
+# Playwright drives Debian's Chromium (/usr/bin/chromium) against a real `manage.py serve` with
+# its own temporary SQLite database, in a pytest process of its own: Playwright's event loop
+# breaks pytest-asyncio tests run after it, and these tests never use pytest-django's database.
+# Without Chromium they are skipped with the reason. BROWSER_ARGS: more pytest arguments.
+browser: $(TEST_STAMP)
+	$(BIN)/pytest tests/browser -p no:django --confcutdir=tests/browser \
+		-W ignore::pytest.PytestConfigWarning $(BROWSER_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ FAST = {"quanta.cluster.reconcile": 0.5}  # seconds, overriding the beat schedul
 class EmbeddedBeat(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="quanta-embedded-beat", daemon=True)
+        app.loader.import_default_modules()  # the apps' tasks modules, as a worker would
         self.stopping = threading.Event()
         self.schedule = {
             entry["task"]: FAST.get(entry["task"], float(entry["schedule"]))

@@ -118,7 +118,9 @@ except ValueError as exc:
 if _db["ENGINE"].endswith("sqlite3"):
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Several threads (web, in-process tasks) share one file: wait for locks, don't fail.
-    _db.setdefault("OPTIONS", {})["timeout"] = 20
+    # IMMEDIATE takes the write lock when a transaction starts, so a writer waits for another
+    # instead of failing at once with "database is locked" when both upgrade their reads.
+    _db.setdefault("OPTIONS", {}).update(timeout=20, transaction_mode="IMMEDIATE")
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
