@@ -254,12 +254,19 @@
     }
   }
 
+  // The server writes timeline times as "YYYY-MM-DD HH:MM" (local time): the same here.
+  function shortTime(d) {
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    return d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate()) + " " +
+      two(d.getHours()) + ":" + two(d.getMinutes());
+  }
+
   function timelineEntry(item) {
     var entry = document.createElement("li");
     var time = document.createElement("time");
     time.setAttribute("datetime", item.updated_at);
     var when = stamp(item.updated_at);
-    time.textContent = when === null ? item.updated_at : new Date(when / 1000).toLocaleString();
+    time.textContent = when === null ? item.updated_at : shortTime(new Date(when / 1000));
     var state = document.createElement("strong");
     state.textContent = item.state_label || item.state;
     entry.appendChild(time);
