@@ -87,10 +87,7 @@ def sync_inventory(
             if node is None:
                 created.append(Node(cluster=cluster, name=report.name, **wanted))
                 continue
-            differs = [name for name, value in wanted.items() if getattr(node, name) != value]
-            if differs:
-                for name in differs:
-                    setattr(node, name, wanted[name])
+            if _set_changed(node, wanted):
                 node.updated_at = now
                 changed.append(node)
         Node.objects.bulk_create(created, batch_size=BATCH)
@@ -133,10 +130,7 @@ def _sync_devices(
             if device is None:
                 create.append(GpuDevice(node=node, index=gpu.index, **wanted))
                 continue
-            differs = [name for name, value in wanted.items() if getattr(device, name) != value]
-            if differs:
-                for name in differs:
-                    setattr(device, name, wanted[name])
+            if _set_changed(device, wanted):
                 update.append(device)
         indices = {gpu.index for gpu in report.gpus}
         extra += [device.pk for index, device in have.items() if index not in indices]
@@ -241,3 +235,11 @@ def _parents_first(queues: Iterable[Queue]) -> list[Queue]:
             break
         pending = rest
     return placed
+
+
+def _set_changed(row: Any, wanted: dict[str, Any]) -> bool:
+    """Set the fields of ``row`` that differ from ``wanted``; True if any did."""
+    differs = [name for name, value in wanted.items() if getattr(row, name) != value]
+    for name in differs:
+        setattr(row, name, wanted[name])
+    return bool(differs)
