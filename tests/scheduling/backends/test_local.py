@@ -425,6 +425,10 @@ for step in range(1, 2001):
         break
 weight, bias = model.module.weight.item(), model.module.bias.item()
 print(f"rank {rank}/{world} step {step} w={weight:.3f} b={bias:.3f} final loss {mean.item():.2e}")
+# Tear down in order: DDP's reducer first, then wait for the peer, then the process group.
+# Destroying it while the other rank is still in a collective can abort gloo at exit.
+del model, optimizer
+dist.barrier()
 dist.destroy_process_group()
 """
 
