@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,17 @@ class SyncResult:
 
 
 def sync_inventory(
-    cluster: Cluster, nodes: Sequence[NodeInventory], *, now: dt.datetime | None = None
+    cluster: Cluster,
+    nodes: Sequence[NodeInventory],
+    *,
+    now: dt.datetime | None = None,
+    admin_cordons: bool = False,
 ) -> SyncResult:
     """Make the cluster's Node and GpuDevice rows say what ``nodes`` say, touching only rows
-    that differ (bulk statements, a few per pass whatever the cluster's size)."""
+    that differ (bulk statements, a few per pass whatever the cluster's size).
+
+    ``admin_cordons``: the cluster does not report cordons and taints (local, simulated);
+    the admins' own settings on the rows are kept."""
     now = now or timezone.now()
     overcommit = float((cluster.config or {}).get("cpu_overcommit", 1))
     result = SyncResult()
@@ -83,6 +90,8 @@ def sync_inventory(
                 "cordoned": report.cordoned,
                 "gone_at": None,
             }
+            if admin_cordons:
+                del wanted["taints"], wanted["cordoned"]
             node = existing.get(report.name)
             if node is None:
                 created.append(Node(cluster=cluster, name=report.name, **wanted))
@@ -205,16 +214,27 @@ def desired_objects(cluster: Cluster) -> list[dict[str, Any]]:
 def queue_for(cluster: Cluster, tenant: Tenant) -> str:
     """The cluster's queue for a tenant's workloads: the one naming the tenant or its nearest
     ancestor; "" (the cluster's default queue) when none does."""
-    ancestors = tenant.ancestor_ids[::-1]  # the tenant itself first
-    best: tuple[int, str] | None = None
-    rows = Queue.objects.filter(cluster=cluster, tenants__in=ancestors).values_list(
-        "name", "tenants"
-    )
-    for name, tenant_id in rows:
-        depth = ancestors.index(tenant_id)
-        if best is None or depth < best[0]:
-            best = (depth, name)
-    return best[1] if best else ""
+    return queue_resolver(cluster)(tenant)
+
+
+def queue_resolver(cluster: Cluster) -> Callable[[Tenant], str]:
+    """``queue_for`` for many tenants: one query for the cluster's queue mapping, then each
+    tenant is resolved in memory."""
+    named: dict[int, str] = {}
+    for name, tenant_id in (
+        Queue.objects.filter(cluster=cluster, tenants__isnull=False)
+        .order_by("name")
+        .values_list("name", "tenants")
+    ):
+        named.setdefault(tenant_id, name)
+
+    def resolve(tenant: Tenant) -> str:
+        for tenant_id in reversed(tenant.ancestor_ids):  # the tenant itself first
+            if tenant_id in named:
+                return named[tenant_id]
+        return ""
+
+    return resolve
 
 
 def _parents_first(queues: Iterable[Queue]) -> list[Queue]:

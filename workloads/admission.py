@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -27,20 +27,21 @@ from scheduling.core.model import Node as CoreNode
 from scheduling.core.model import Resources as CoreResources
 from scheduling.core.scheduler import Snapshot
 from scheduling.core.scheduler import schedule as run_session
-from scheduling.inventory import queue_for
+from scheduling.inventory import queue_resolver
 from scheduling.models import Allocation, Cluster, Node
 from scheduling.models import Queue as QueueRow
 from scheduling.placement import FreeDevice, FreeNode, place, share_milli, too_big
 from tenants import services as tenant_services
+from tenants.models import Tenant
 from workloads import windows
-from workloads.choices import HOLDING, WAITING, State
+from workloads.choices import HOLDING, WAITING, AppKind, State
 from workloads.lifecycle import transition
 from workloads.models import Workload
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUEUE = "default"
-LOCAL_APPS = ("jupyter", "terminal", "tensorboard")
+LOCAL_APPS = (AppKind.JUPYTER, AppKind.TERMINAL, AppKind.TENSORBOARD)
 
 
 def admit(workload_id: str) -> str:
@@ -86,15 +87,16 @@ def schedule(cluster: Cluster) -> int:
         if not waiting:
             return 0
         queues = _queues(cluster)
+        queue_of = queue_resolver(cluster)
         candidates = []
         for workload in waiting:
             if _screen(workload, cluster, nodes):
-                candidate = _candidate(workload, cluster, nodes, queues)
+                candidate = _candidate(workload, nodes, queues, queue_of)
                 if candidate is not None:
                     candidates.append(candidate)
         if not candidates:
             return 0
-        running = _running(cluster, queues)
+        running = _running(cluster, queues, queue_of)
         snapshot = Snapshot(
             nodes=_core_nodes(cluster),
             queues=[q for q, _open in queues.values()],
@@ -196,13 +198,13 @@ def _queues(cluster: Cluster) -> dict[str, tuple[Queue, bool]]:
 
 def _candidate(
     workload: Workload,
-    cluster: Cluster,
     nodes: list[FreeNode],
     queues: dict[str, tuple[Queue, bool]],
+    queue_of: Callable[[Tenant], str],
 ) -> _Candidate | None:
     from workloads.services import resources_for
 
-    name = queue_for(cluster, workload.tenant) or DEFAULT_QUEUE
+    name = queue_of(workload.tenant) or DEFAULT_QUEUE
     if not queues.get(name, (None, True))[1]:
         transition(workload, State.QUEUED, reason=f"waiting: queue {name} is closed")
         return None
@@ -266,7 +268,11 @@ def _core_nodes(cluster: Cluster) -> list[CoreNode]:
     return nodes
 
 
-def _running(cluster: Cluster, queues: dict[str, tuple[Queue, bool]]) -> list[Running]:
+def _running(
+    cluster: Cluster,
+    queues: dict[str, tuple[Queue, bool]],
+    queue_of: Callable[[Tenant], str],
+) -> list[Running]:
     """What holds resources now, as the core sees it (from the allocation rows)."""
     holding = {
         w.pk: w
@@ -296,7 +302,7 @@ def _running(cluster: Cluster, queues: dict[str, tuple[Queue, bool]]) -> list[Ru
     running = []
     for workload_id, tasks in by_workload.items():
         workload = holding[workload_id]
-        queue = queue_for(cluster, workload.tenant) or DEFAULT_QUEUE
+        queue = queue_of(workload.tenant) or DEFAULT_QUEUE
         queue = queue if queue in queues else DEFAULT_QUEUE
         job = Job(
             str(workload_id),

@@ -37,13 +37,14 @@ from scheduling.backends.base import (
     TaskPlacement,
     WorkloadSpec,
 )
+from scheduling.backends.kubernetes.nodes import NodeInventory
 from scheduling.backends.registry import get_backend
-from scheduling.inventory import queue_for
+from scheduling.inventory import queue_for, sync_inventory
 from scheduling.models import Allocation, Cluster, GpuDevice, Node
 from scheduling.placement import FreeDevice, FreeNode
 from tenants.models import Membership, Tenant
 from tenants.quota import Request
-from workloads.choices import HOLDING, WAITING, AppKind, State, WorkloadKind
+from workloads.choices import HOLDING, WAITING, State, WorkloadKind
 from workloads.lifecycle import note, transition
 from workloads.models import AppTemplate, Flavor, Grant, Workload
 
@@ -60,7 +61,6 @@ RESERVED_ENV = {
     "CUDA_VISIBLE_DEVICES",
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-LOCAL_APPS = (AppKind.JUPYTER, AppKind.TERMINAL, AppKind.TENSORBOARD)
 IDLE_WARNING = dt.timedelta(minutes=10)
 SUBMIT_GRACE = dt.timedelta(minutes=2)
 
@@ -576,31 +576,18 @@ def expire_grants(today: dt.date | None = None) -> int:
 
 
 def sync_nodes(cluster: Cluster) -> None:
-    """Bring the cluster's node and GPU rows in line with what its backend reports."""
-    reported = {n.name: n for n in get_backend(cluster).nodes()}
-    overcommit = float((cluster.config or {}).get("cpu_overcommit", 1))
-    now = timezone.now()
-    with transaction.atomic():
-        for name, info in reported.items():
-            node, _created = Node.objects.update_or_create(
-                cluster=cluster,
-                name=name,
-                defaults={
-                    "cpu_milli": int(info.cpu_milli * overcommit),
-                    "memory_mib": info.memory_mib,
-                    "labels": dict(info.labels),
-                    "gone_at": None,
-                },
-            )
-            seen = set()
-            for gpu in info.gpus:
-                GpuDevice.objects.update_or_create(
-                    node=node,
-                    index=gpu.index,
-                    defaults={"model": gpu.model, "memory_mib": gpu.memory_mib, "uuid": gpu.uuid},
-                )
-                seen.add(gpu.index)
-            GpuDevice.objects.filter(node=node).exclude(index__in=seen).delete()
-        Node.objects.filter(cluster=cluster, gone_at__isnull=True).exclude(
-            name__in=reported
-        ).update(gone_at=now)
+    """Bring the cluster's node and GPU rows in line with what its backend reports, writing
+    only what changed (``scheduling.inventory.sync_inventory``). Cordons and taints on these
+    clusters are the admins' and stay as they are."""
+    reports = [
+        NodeInventory(
+            info.name,
+            info.cpu_milli,
+            info.memory_mib,
+            labels=dict(info.labels),
+            gpus=info.gpus,
+            sharing="fractional",
+        )
+        for info in get_backend(cluster).nodes()
+    ]
+    sync_inventory(cluster, reports, admin_cordons=True)

@@ -87,3 +87,17 @@ def test_a_simulated_environment_has_nothing_to_open(
     body = api(world.bob).get(f"/api/v1/workloads/{workload.pk}/").json()
     assert body["state"] == "Running" and body["open_url"] is None
     assert body["cluster"] == "sim"
+
+
+def test_a_resync_keeps_admin_cordons_and_writes_nothing_when_nothing_changed(
+    farm, django_assert_max_num_queries
+) -> None:
+    cluster, _, _ = farm
+    node = cluster.nodes.first()
+    node.cordoned = True
+    node.taints = [{"key": "maintenance", "effect": "NoSchedule"}]
+    node.save()
+    with django_assert_max_num_queries(6):  # two reads and no writes, whatever the size
+        services.sync_nodes(cluster)
+    node.refresh_from_db()
+    assert node.cordoned and node.taints[0]["key"] == "maintenance"
