@@ -9,4 +9,4 @@ class WorkloadsConfig(AppConfig):
     def ready(self) -> None:
         from workloads import lifecycle, live
 
-        lifecycle.on_transition(live.broadcast_transition)  # live status pages, after commit
+        lifecycle.on_transitions(live.broadcast_transitions)  # live status pages, after commit

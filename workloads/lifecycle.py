@@ -10,7 +10,8 @@ transaction; listeners (live status, metering) are told after commit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -23,11 +24,24 @@ from workloads.models import Workload, WorkloadEvent
 
 logger = logging.getLogger(__name__)
 
-# Called after commit with (workload, from_state, to_state); live status and billing subscribe.
-_listeners: list[Callable[[Workload, str, str], None]] = []
+
+@dataclass(frozen=True)
+class Transition:
+    """One committed state change, as listeners are told of it."""
+
+    workload: Workload
+    before: str
+    after: str
 
 
-def on_transition(listener: Callable[[Workload, str, str], None]) -> None:
+Listener = Callable[[Sequence[Transition]], None]
+
+# Called once per commit with that commit's transitions, in order; live status, task
+# dispatch and metering subscribe (in their AppConfig.ready).
+_listeners: list[Listener] = []
+
+
+def on_transitions(listener: Listener) -> None:
     if listener not in _listeners:
         _listeners.append(listener)
 
@@ -80,7 +94,7 @@ def transition(
         if isinstance(workload, Workload):
             for name, value in updates.items():
                 setattr(workload, name, value)
-        transaction.on_commit(lambda: _notify(current, before, to))
+        _announce(Transition(current, before, to))
     return True
 
 
@@ -122,9 +136,45 @@ def _give_back(workload: Workload) -> None:
     )
 
 
-def _notify(workload: Workload, before: str, to: str) -> None:
+class _Batch:
+    """The transitions of one transaction, told to the listeners once it commits.
+
+    Each transition registers a marker hook that adds it to the batch, so one made inside a
+    savepoint that is rolled back is dropped with its hook, as Django drops any on_commit
+    hook; the batch's own hook is kept last in the connection's list, after every marker.
+    """
+
+    def __init__(self) -> None:
+        self.transitions: list[Transition] = []
+        self.entry: tuple[set[str], Callable[[], None], bool] | None = None
+
+    def __call__(self) -> None:
+        _deliver(self.transitions)
+
+
+def _announce(change: Transition) -> None:
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        _deliver([change])
+        return
+    batch: _Batch | None = getattr(connection, "_quanta_transitions", None)
+    hooks = connection.run_on_commit
+    if batch is None or batch.entry is None or not any(e is batch.entry for e in hooks):
+        batch = _Batch()
+        connection._quanta_transitions = batch  # type: ignore[attr-defined]
+        transaction.on_commit(batch)
+        batch.entry = hooks[-1]
+    transaction.on_commit(lambda: batch.transitions.append(change))
+    # Keep the batch's hook after the marker just added (same savepoints as when it came).
+    hooks.remove(batch.entry)
+    hooks.append(batch.entry)
+
+
+def _deliver(transitions: Sequence[Transition]) -> None:
+    if not transitions:
+        return
     for listener in list(_listeners):
         try:
-            listener(workload, before, to)
+            listener(transitions)
         except Exception:  # a broken listener must not break the lifecycle
             logger.exception("transition listener %r failed", listener)
