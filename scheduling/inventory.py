@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from scheduling.backends.kubernetes import manifests
 from scheduling.backends.kubernetes.config import KubernetesConfig
 from scheduling.backends.kubernetes.nodes import NodeInventory
+from scheduling.backends.registry import get_backend
 from scheduling.choices import GpuSharing
-from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from scheduling.models import Allocation, Cluster, GpuDevice, Node, PriorityClass, Queue
+from scheduling.placement import FreeDevice, FreeNode
 from tenants.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -263,3 +265,71 @@ def _set_changed(row: Any, wanted: dict[str, Any]) -> bool:
     for name in differs:
         setattr(row, name, wanted[name])
     return bool(differs)
+
+
+# --- The portal-scheduled clusters (local, simulated) -------------------------------------------
+
+
+def sync_backend_nodes(cluster: Cluster) -> None:
+    """Bring the cluster's node and GPU rows in line with what its backend reports, writing
+    only what changed (``scheduling.inventory.sync_inventory``). Cordons and taints on these
+    clusters are the admins' and stay as they are."""
+    reports = [
+        NodeInventory(
+            info.name,
+            info.cpu_milli,
+            info.memory_mib,
+            labels=dict(info.labels),
+            gpus=info.gpus,
+            sharing="fractional",
+        )
+        for info in get_backend(cluster).nodes()
+    ]
+    sync_inventory(cluster, reports, admin_cordons=True)
+
+
+def free_nodes(cluster: Cluster, *, lock: bool) -> list[FreeNode]:
+    """The cluster's nodes with what is free on each. With ``lock``, the node rows stay
+    locked until the transaction ends: admissions to one cluster run one at a time."""
+    nodes_qs = Node.objects.filter(cluster=cluster, gone_at__isnull=True).order_by("pk")
+    if lock:
+        nodes_qs = nodes_qs.select_for_update()
+    nodes = list(nodes_qs)
+    node_use = {
+        row["node"]: row
+        for row in Allocation.objects.filter(node__in=nodes)
+        .values("node")
+        .annotate(cpu=Sum("cpu_milli"), mem=Sum("memory_mib"))
+    }
+    device_use = {
+        row["device"]: row
+        for row in Allocation.objects.filter(node__in=nodes, device__isnull=False)
+        .values("device")
+        .annotate(milli=Sum("gpu_milli"), mem=Sum("gpu_memory_mib"))
+    }
+    devices: dict[int, list[FreeDevice]] = defaultdict(list)
+    for d in GpuDevice.objects.filter(node__in=nodes).order_by("node", "index"):
+        used = device_use.get(d.pk, {})
+        devices[d.node_id].append(
+            FreeDevice(
+                d.pk,
+                d.index,
+                d.model,
+                d.memory_mib,
+                1000 - (used.get("milli") or 0),
+                d.memory_mib - (used.get("mem") or 0),
+            )
+        )
+    return [
+        FreeNode(
+            n.pk,
+            n.name,
+            n.cpu_milli,
+            n.memory_mib,
+            n.cpu_milli - (node_use.get(n.pk, {}).get("cpu") or 0),
+            n.memory_mib - (node_use.get(n.pk, {}).get("mem") or 0),
+            schedulable=not n.cordoned,
+            devices=devices[n.pk],
+        )
+        for n in nodes
+    ]

@@ -10,6 +10,11 @@ from an expired grant is rejected, one outside its grant's window or over its qu
 After it, each start is charged to the quota chain (locked rows, so concurrent sessions can
 never exceed a quota) and its allocations written. Work placed on resources that evicted
 workloads still hold waits until they have stopped: nothing is ever double-booked.
+
+A session writes only its own decisions (Rejected, Queued with the reason, Starting with the
+allocations) and returns what it decided (:class:`Decisions`); stopping the evicted work is
+the caller's (``services.admit``), and the backend is handed each start by the lifecycle's
+listener after commit (``workloads.dispatch``).
 """
 
 from __future__ import annotations
@@ -17,17 +22,18 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.choices import BackendKind
 from scheduling.core.model import Job, Queue, Running, Taint, TaskRequest
 from scheduling.core.model import Node as CoreNode
 from scheduling.core.model import Resources as CoreResources
 from scheduling.core.scheduler import Snapshot
 from scheduling.core.scheduler import schedule as run_session
-from scheduling.inventory import queue_resolver
+from scheduling.inventory import free_nodes, queue_resolver
 from scheduling.models import Allocation, Cluster, Node
 from scheduling.models import Queue as QueueRow
 from scheduling.placement import FreeDevice, FreeNode, place, share_milli, too_big
@@ -37,6 +43,7 @@ from workloads import windows
 from workloads.choices import HOLDING, WAITING, AppKind, State
 from workloads.lifecycle import transition
 from workloads.models import Workload
+from workloads.specs import quota_request_for, resources_for
 
 logger = logging.getLogger(__name__)
 
@@ -44,26 +51,29 @@ DEFAULT_QUEUE = "default"
 LOCAL_APPS = (AppKind.JUPYTER, AppKind.TERMINAL, AppKind.TENSORBOARD)
 
 
-def admit(workload_id: str) -> str:
-    """Decide a waiting workload (with the rest of its cluster's line); its state after."""
-    workload = Workload.objects.select_related("cluster").get(pk=workload_id)
-    if workload.state in WAITING:
-        schedule(workload.cluster)
-    return Workload.objects.values_list("state", flat=True).get(pk=workload_id)
+@dataclass
+class Eviction:
+    """Running work the session takes resources back from, and what its owner reads."""
+
+    workload: Workload
+    reason: str
 
 
-def admit_queued(cluster: Cluster | None = None) -> int:
-    """One session per cluster with waiting work; how many workloads started."""
-    clusters = (
-        [cluster]
-        if cluster is not None
-        else list(
-            Cluster.objects.exclude(backend="kubernetes")
-            .filter(workloads__state__in=WAITING)
-            .distinct()
-        )
+@dataclass
+class Decisions:
+    """What one session decided, beyond the states it wrote."""
+
+    started: list[str] = field(default_factory=list)  # workload ids now Starting
+    evictions: list[Eviction] = field(default_factory=list)
+
+
+def clusters_with_waiting_work() -> list[Cluster]:
+    """The portal-scheduled clusters whose line is not empty."""
+    return list(
+        Cluster.objects.exclude(backend=BackendKind.KUBERNETES)
+        .filter(workloads__state__in=WAITING)
+        .distinct()
     )
-    return sum(schedule(c) for c in clusters)
 
 
 @dataclass
@@ -73,9 +83,9 @@ class _Candidate:
     milli: int  # per device: 1000 for whole GPUs, the charged share for a fraction
 
 
-def schedule(cluster: Cluster) -> int:
-    from workloads.services import free_nodes, resources_for
-
+def schedule(cluster: Cluster) -> Decisions:
+    """One session over ``cluster``'s waiting line, in one transaction."""
+    decisions = Decisions()
     with transaction.atomic():
         nodes = free_nodes(cluster, lock=True)
         waiting = list(
@@ -85,7 +95,7 @@ def schedule(cluster: Cluster) -> int:
             .order_by("created_at")
         )
         if not waiting:
-            return 0
+            return decisions
         queues = _queues(cluster)
         queue_of = queue_resolver(cluster)
         candidates = []
@@ -95,7 +105,7 @@ def schedule(cluster: Cluster) -> int:
                 if candidate is not None:
                     candidates.append(candidate)
         if not candidates:
-            return 0
+            return decisions
         running = _running(cluster, queues, queue_of)
         snapshot = Snapshot(
             nodes=_core_nodes(cluster),
@@ -105,17 +115,17 @@ def schedule(cluster: Cluster) -> int:
             policy=cluster.placement_policy,
         )
         decision = run_session(snapshot)
-        _evict(decision.evictions)
+        decisions.evictions = _evictions(decision.evictions)
         placed: dict[str, list[tuple[str, tuple[int, ...]]]] = defaultdict(list)
         for placement in decision.placements:
             placed[placement.job].append((placement.node, placement.devices))
         free = {n.name: n for n in nodes}
-        started = 0
         for candidate in candidates:
             workload = candidate.workload
             key = str(workload.pk)
             if key in placed and _start(candidate, placed[key], free):
-                started += 1
+                if workload.state == State.STARTING:
+                    decisions.started.append(key)
                 continue
             if key in decision.rejected:
                 transition(workload, State.REJECTED, reason=decision.rejected[key])
@@ -128,15 +138,13 @@ def schedule(cluster: Cluster) -> int:
                 resources_for(workload.flavor),
             )
             transition(workload, State.QUEUED, reason=reason)
-        return started
+        return decisions
 
 
 def _screen(workload: Workload, cluster: Cluster, nodes: list[FreeNode]) -> bool:
     """Decide what needs no session; True if the workload goes into the session."""
-    from workloads.services import quota_request_for, resources_for
-
     grant, template = workload.grant, workload.template
-    if cluster.backend == "local" and template and template.kind not in LOCAL_APPS:
+    if cluster.backend == BackendKind.LOCAL and template and template.kind not in LOCAL_APPS:
         transition(
             workload,
             State.REJECTED,
@@ -202,8 +210,6 @@ def _candidate(
     queues: dict[str, tuple[Queue, bool]],
     queue_of: Callable[[Tenant], str],
 ) -> _Candidate | None:
-    from workloads.services import resources_for
-
     name = queue_of(workload.tenant) or DEFAULT_QUEUE
     if not queues.get(name, (None, True))[1]:
         transition(workload, State.QUEUED, reason=f"waiting: queue {name} is closed")
@@ -315,28 +321,20 @@ def _running(
     return running
 
 
-def _evict(evictions: Iterable[object]) -> None:
-    """Stop the workloads the session took resources back from (once per workload)."""
-    from workloads.services import stop
-
-    done: set[str] = set()
+def _evictions(evictions: Iterable[object]) -> list[Eviction]:
+    """The workloads the session took resources back from (once per workload)."""
+    found: dict[str, str] = {}
     for eviction in evictions:
         job, reason = eviction.job, eviction.reason  # type: ignore[attr-defined]
-        if job in done:
-            continue
-        done.add(job)
-        victim = Workload.objects.filter(pk=job).first()
-        if victim is not None:
-            stop(actor=None, workload=victim, reason=_eviction_reason(reason))
+        found.setdefault(job, reason)
+    victims = Workload.objects.filter(pk__in=list(found)).select_related("owner")
+    return [Eviction(v, _eviction_reason(found[str(v.pk)])) for v in victims]
 
 
 def _start(
     candidate: _Candidate, slots: list[tuple[str, tuple[int, ...]]], free: dict[str, FreeNode]
 ) -> bool:
     """Charge the quota and allocate what the session placed, if it is free right now."""
-    from workloads import tasks
-    from workloads.services import quota_request_for
-
     workload = candidate.workload
     flavor = workload.flavor
     for node_name, devices in slots:
@@ -390,8 +388,6 @@ def _start(
     transition(
         workload, State.STARTING, reason=f"starting on {where}", quota_request=charged, charged=True
     )
-    workload_id = str(workload.pk)
-    transaction.on_commit(lambda: tasks.submit.delay(workload_id))
     return True
 
 

@@ -7,6 +7,8 @@ class WorkloadsConfig(AppConfig):
     name = "workloads"
 
     def ready(self) -> None:
-        from workloads import lifecycle, live
+        from workloads import dispatch, lifecycle, live
 
-        lifecycle.on_transitions(live.broadcast_transitions)  # live status pages, after commit
+        # After each commit: live status to the pages, backend work to the tasks.
+        lifecycle.on_transitions(live.broadcast_transitions)
+        lifecycle.on_transitions(dispatch.dispatch)

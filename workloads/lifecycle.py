@@ -19,8 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.models import Allocation
+from tenants import services as tenant_services
 from workloads.choices import TERMINAL, TRANSITIONS, State
 from workloads.models import Workload, WorkloadEvent
+from workloads.specs import charged_request
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,9 @@ class Transition:
     """One committed state change, as listeners are told of it."""
 
     workload: Workload
-    before: str
+    before: str  # "" when the workload was just created (``created``)
     after: str
+    changed: frozenset[str] = frozenset()  # other fields saved with it ("attempt", …)
 
 
 Listener = Callable[[Sequence[Transition]], None]
@@ -94,8 +97,15 @@ def transition(
         if isinstance(workload, Workload):
             for name, value in updates.items():
                 setattr(workload, name, value)
-        _announce(Transition(current, before, to))
+        _announce(Transition(current, before, to, frozenset(fields)))
     return True
+
+
+def created(workload: Workload, *, actor: Any = None, reason: str = "") -> None:
+    """Announce a workload just created in ``Pending`` (listeners admit it after commit),
+    with the first event of its timeline."""
+    note(workload, reason, actor=actor)
+    _announce(Transition(workload, "", workload.state))
 
 
 def note(workload: Workload, reason: str, *, actor: Any = None) -> WorkloadEvent:
@@ -111,22 +121,11 @@ def note(workload: Workload, reason: str, *, actor: Any = None) -> WorkloadEvent
 
 def _give_back(workload: Workload) -> None:
     """Release the quota charged at admission and the allocations, exactly once."""
-    from tenants import services as tenant_services
-    from tenants.quota import Request
-
     Allocation.objects.filter(workload=workload).delete()
     if not Workload.objects.filter(pk=workload.pk, charged=True).update(charged=False):
         return
     workload.charged = False
-    charged = workload.quota_request or {}
-    request = Request(
-        gpus=Decimal(charged.get("gpus", "0")),
-        gpu_memory_mib=int(charged.get("gpu_memory_mib", 0)),
-        cpu_cores=Decimal(charged.get("cpu_cores", "0")),
-        memory_mib=int(charged.get("memory_mib", 0)),
-        environments=int(charged.get("environments", 0)),
-        jobs=int(charged.get("jobs", 0)),
-    )
+    request = charged_request(workload.quota_request)
     gpu_hours = Decimal(0)
     if workload.started_at and request.gpus:
         seconds = Decimal((timezone.now() - workload.started_at).total_seconds())
@@ -139,16 +138,19 @@ def _give_back(workload: Workload) -> None:
 class _Batch:
     """The transitions of one transaction, told to the listeners once it commits.
 
-    Each transition registers a marker hook that adds it to the batch, so one made inside a
-    savepoint that is rolled back is dropped with its hook, as Django drops any on_commit
-    hook; the batch's own hook is kept last in the connection's list, after every marker.
+    One on_commit hook per batch, registered at the batch's first transition; the later
+    transitions of the same transaction join it while it is still the newest hook (so the
+    listeners hear of changes in the order they and any other hook were registered). A
+    transition inside a savepoint that is rolled back may still be told: listeners read the
+    rows again, and act on what they find.
     """
 
     def __init__(self) -> None:
         self.transitions: list[Transition] = []
-        self.entry: tuple[set[str], Callable[[], None], bool] | None = None
+        self.delivered = False
 
     def __call__(self) -> None:
+        self.delivered = True  # what comes after belongs to the next batch
         _deliver(self.transitions)
 
 
@@ -159,15 +161,11 @@ def _announce(change: Transition) -> None:
         return
     batch: _Batch | None = getattr(connection, "_quanta_transitions", None)
     hooks = connection.run_on_commit
-    if batch is None or batch.entry is None or not any(e is batch.entry for e in hooks):
+    if batch is None or batch.delivered or not hooks or hooks[-1][1] is not batch:
         batch = _Batch()
         connection._quanta_transitions = batch  # type: ignore[attr-defined]
         transaction.on_commit(batch)
-        batch.entry = hooks[-1]
-    transaction.on_commit(lambda: batch.transitions.append(change))
-    # Keep the batch's hook after the marker just added (same savepoints as when it came).
-    hooks.remove(batch.entry)
-    hooks.append(batch.entry)
+    batch.transitions.append(change)
 
 
 def _deliver(transitions: Sequence[Transition]) -> None:

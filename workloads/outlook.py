@@ -14,6 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from scheduling.inventory import free_nodes
 from scheduling.models import Cluster
 from scheduling.placement import FreeNode, place
 from tenants import quota as quota_math
@@ -21,8 +22,9 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from workloads import windows
 from workloads.choices import HOLDING
+from workloads.launch import default_cluster
 from workloads.models import Flavor, Grant, Workload
-from workloads.services import default_cluster, resources_for
+from workloads.specs import resources_for
 
 
 @dataclass
@@ -45,8 +47,6 @@ class _ClusterView:
 
 
 def _cluster_view(cluster: Cluster) -> _ClusterView:
-    from workloads.services import free_nodes
-
     nodes = free_nodes(cluster, lock=False)
     free_gpus = sum((Decimal(d.free_milli) / 1000 for n in nodes for d in n.devices), Decimal(0))
     free_cpu = sum((Decimal(n.free_cpu_milli) / 1000 for n in nodes if n.schedulable), Decimal(0))

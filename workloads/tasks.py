@@ -1,13 +1,40 @@
 """Thin Celery tasks: take ids, call services. Idempotent, acks_late; only transient backend
-errors are retried. Without REDIS_URL they run in-process (task_always_eager)."""
+errors are retried. Without REDIS_URL they run in-process (task_always_eager).
+
+The backend work of a transition (admit, submit, stop) is enqueued after commit by
+``workloads.dispatch``; the periodic ones come from the beat schedule in ``portal/celery.py``.
+For Kubernetes clusters a watcher per cluster (``kubernetes_watch``) follows Jobs, PodGroups,
+pods and Deployments live; a cache lock with expiry keeps it to one worker per cluster; it runs
+for a few minutes and the beat starts the next (``kubernetes_watch_all``), so a lost worker
+costs at most one period. ``kubernetes_resync`` is the same reconcile as the other clusters',
+on a slower period.
+"""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from celery import shared_task
 
 from scheduling.backends.base import BackendError
+from scheduling.choices import BackendKind
+from scheduling.inventory import sync_backend_nodes
+from scheduling.locks import cluster_lock
 from scheduling.models import Cluster
+from scheduling.tasks import kubernetes_backend as _kubernetes
+from scheduling.tasks import kubernetes_clusters
+from workloads import reconcile as loop
 from workloads import services
+from workloads.choices import State
+from workloads.models import Workload
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 290.0  # a little under five minutes; the beat starts a watcher every minute
+LOCK_SLACK = 30.0
+FOLLOW_POLLS = 240
+FOLLOW_SECONDS = 0.25
 
 
 @shared_task(name="quanta.workloads.admit", acks_late=True)
@@ -18,33 +45,49 @@ def admit(workload_id: str) -> str:
 @shared_task(name="quanta.cluster.submit", acks_late=True, bind=True, max_retries=5)
 def submit(self, workload_id: str) -> None:  # type: ignore[no-untyped-def]
     try:
-        services.submit(workload_id)
+        loop.submit(workload_id)
     except BackendError as exc:
         if not exc.transient:
             raise
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
     if not self.request.is_eager:  # in-process mode: the embedded beat follows instead
-        follow.apply_async((workload_id,), countdown=0.25)
+        follow.apply_async((workload_id,), countdown=FOLLOW_SECONDS)
 
 
 @shared_task(name="quanta.cluster.stop", acks_late=True, bind=True, max_retries=5)
 def stop(self, workload_id: str) -> None:  # type: ignore[no-untyped-def]
     try:
-        services.stop_on_backend(workload_id)
+        loop.stop_on_backend(workload_id)
     except BackendError as exc:
         if not exc.transient:
             raise
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
     if not self.request.is_eager:
-        follow.apply_async((workload_id,), countdown=0.25)
+        follow.apply_async((workload_id,), countdown=FOLLOW_SECONDS)
 
 
 @shared_task(name="quanta.cluster.reconcile", acks_late=True)
 def reconcile() -> None:
-    """Follow every portal-scheduled cluster: transitions, orphans, then the waiting line."""
-    for cluster in Cluster.objects.exclude(backend="kubernetes"):
-        services.reconcile(cluster)
+    """Follow every portal-scheduled cluster: transitions, stops, orphans, then the line."""
+    for cluster in Cluster.objects.exclude(backend=BackendKind.KUBERNETES):
+        loop.reconcile(cluster)
         services.admit_queued(cluster)
+
+
+@shared_task(name="quanta.cluster.follow", acks_late=True)
+def follow(workload_id: str, polls: int = 0) -> None:
+    """Watch one starting (or stopping) workload closely so its next state shows within a
+    second; the periodic reconcile is the safety net."""
+    workload = (
+        Workload.objects.select_related("cluster", "grant", "flavor", "owner", "tenant")
+        .filter(pk=workload_id)
+        .first()
+    )
+    if workload is None or workload.state not in (State.STARTING, State.STOPPING):
+        return
+    loop.reconcile(workload.cluster, only=[workload])
+    if polls < FOLLOW_POLLS:
+        follow.apply_async((workload_id, polls + 1), countdown=FOLLOW_SECONDS)
 
 
 @shared_task(name="quanta.workloads.cull", acks_late=True)
@@ -59,22 +102,56 @@ def expire_grants() -> int:
 
 @shared_task(name="quanta.cluster.sync_nodes", acks_late=True)
 def sync_nodes() -> None:
-    for cluster in Cluster.objects.exclude(backend="kubernetes"):
-        services.sync_nodes(cluster)
+    for cluster in Cluster.objects.exclude(backend=BackendKind.KUBERNETES):
+        sync_backend_nodes(cluster)
 
 
-@shared_task(name="quanta.cluster.follow", acks_late=True)
-def follow(workload_id: str, polls: int = 0) -> None:
-    """Watch one starting (or stopping) workload closely so its next state shows within a
-    second; the periodic reconcile is the safety net."""
-    from workloads.choices import State
-    from workloads.models import Workload
+# --- Kubernetes clusters -------------------------------------------------------------------------
 
-    workload = (
-        Workload.objects.select_related("cluster", "grant", "flavor").filter(pk=workload_id).first()
+
+@shared_task(name="quanta.cluster.kubernetes_watch_all", acks_late=True)
+def watch_all() -> list[int]:
+    """Start a watcher for every Kubernetes cluster (those already watched decline)."""
+    started = []
+    for cluster in kubernetes_clusters():
+        watch.delay(cluster.pk)
+        started.append(cluster.pk)
+    return started
+
+
+@shared_task(name="quanta.cluster.kubernetes_watch", acks_late=True)
+def watch(cluster_id: int, seconds: float = WATCH_SECONDS) -> str:
+    cluster = Cluster.objects.get(pk=cluster_id)
+    with cluster_lock(f"quanta:kubernetes-watch:{cluster_id}", seconds + LOCK_SLACK) as held:
+        if not held:
+            return "already watched"
+        try:
+            stats = _kubernetes(cluster).watch(
+                lambda observation: loop.follow(cluster, observation), seconds=seconds
+            )
+        except BackendError as exc:
+            log.warning("watch of %s ended: %s", cluster.slug, exc)
+            return f"ended: {exc}"
+    return (
+        f"{stats.events} events, {stats.emitted} changes applied, {stats.expired} re-lists, "
+        f"{stats.reconnects} reconnects"
     )
-    if workload is None or workload.state not in (State.STARTING, State.STOPPING):
-        return
-    services.reconcile(workload.cluster, only=[workload])
-    if polls < 240:
-        follow.apply_async((workload_id, polls + 1), countdown=0.25)
+
+
+@shared_task(name="quanta.cluster.kubernetes_resync", acks_late=True)
+def resync() -> dict[str, Any]:
+    """The safety net behind the watcher: every Kubernetes cluster reconciled in full."""
+    done: dict[str, Any] = {}
+    for cluster in kubernetes_clusters():
+        try:
+            done[cluster.slug] = resync_cluster(cluster)
+        except BackendError as exc:
+            log.warning("resync of %s failed: %s", cluster.slug, exc)
+            done[cluster.slug] = f"failed: {exc}"
+    return done
+
+
+def resync_cluster(cluster: Cluster) -> dict[str, int]:
+    _kubernetes(cluster)
+    counts = loop.reconcile(cluster)
+    return {**counts, "admitted": services.admit_queued(cluster)}

@@ -19,6 +19,7 @@ from workloads.forms import JobForm, LaunchForm
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
 from workloads.permissions import can_control, visible_workloads
+from workloads.specs import handle_for
 from workloads.usage import usage
 
 
@@ -97,7 +98,7 @@ def workload_detail(request: HttpRequest, pk: str) -> HttpResponse:
         task = 0
     logs = ""
     if workload.backend_state:
-        logs = get_backend(workload.cluster).logs(services.handle_for(workload), task).text
+        logs = get_backend(workload.cluster).logs(handle_for(workload), task).text
     return render(
         request,
         "workloads/detail.html",

@@ -68,12 +68,12 @@ import json
 from scheduling.models import Cluster
 from tenants.models import User
 from tenants.services import create_api_token
-from workloads.services import sync_nodes
+from scheduling.inventory import sync_backend_nodes
 
 local = Cluster.objects.get(slug="local")
 local.config = {{**(local.config or {{}}), "gpus": {GPUS!r}}}
 local.save()
-sync_nodes(local)
+sync_backend_nodes(local)
 tokens = {{
     user.username: create_api_token(actor=user, name="browser tests")[1]
     for user in User.objects.all()

@@ -9,7 +9,7 @@ import pytest
 from portal.models import AuditEvent
 from scheduling.backends.base import Phase
 from tenants.models import Membership, MemberUsage
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +55,8 @@ def test_alice_stops_bobs_session_from_the_dashboard(
     with django_capture_on_commit_callbacks(execute=True):
         workload = services.launch_environment(actor=world.bob, template=catalog.jupyter)
     backend.set(workload.pk, Phase.RUNNING)
-    services.reconcile(catalog.cluster)
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile.reconcile(catalog.cluster)
     client = signed_in(world.alice)
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/teaching/ml-101/sessions/{workload.pk}/stop/", follow=True)

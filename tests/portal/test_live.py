@@ -80,8 +80,10 @@ class GrowingOutput(FakeBackend):
         return LogChunk(data.decode(), offset + len(data), len(self.output))
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def backend(monkeypatch: pytest.MonkeyPatch) -> GrowingOutput:
+    """Every test's cluster runs on this fake: a workload moved to Starting here is
+    "submitted" to it after commit (the lifecycle's dispatcher), without a process."""
     fake = GrowingOutput()
     registry.forget()
     monkeypatch.setattr(registry, "_build", lambda cluster: fake)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduling.backends import registry
+from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Cluster, GpuDevice, Node
 from tests.workloads.fakes import FakeBackend
 from workloads.models import AppTemplate, Flavor, Grant, Image
@@ -77,7 +78,6 @@ def catalog(world: Any) -> Catalog:
 def local_catalog(world: Any, kind: str = "jupyter") -> tuple[Cluster, AppTemplate, Flavor]:
     """This host as a cluster (real local backend), one small flavor and a template of
     ``kind`` granted to class A: for the tests that run real processes."""
-    from workloads import services
 
     cluster = Cluster.objects.create(
         name="This host",
@@ -86,7 +86,7 @@ def local_catalog(world: Any, kind: str = "jupyter") -> tuple[Cluster, AppTempla
         is_default=True,
         config={"cpu_overcommit": 4},
     )
-    services.sync_nodes(cluster)
+    sync_backend_nodes(cluster)
     image = Image.objects.create(name="Python", slug="py")
     flavor = Flavor.objects.create(name="small", slug="small", cpu_milli=500, memory_mib=512)
     template = AppTemplate.objects.create(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.backends.base import Phase
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 from workloads.models import Grant, Workload
 
@@ -36,7 +36,7 @@ def test_a_student_launches_through_the_api_and_sees_it_start(
 
 def test_running_notebooks_carry_their_open_url(world, catalog, backend, api, launched) -> None:
     backend.set(launched.pk, Phase.RUNNING)
-    services.reconcile(catalog.cluster)
+    reconcile.reconcile(catalog.cluster)
     body = api(world.bob).get(f"/api/v1/workloads/{launched.pk}/").json()
     assert body["open_url"] == f"/nb/{launched.pk}/lab"
 

@@ -19,7 +19,7 @@ from portal.asgi import application
 from scheduling.backends import registry
 from scheduling.models import Cluster
 from tests.workloads.conftest import local_catalog
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 from workloads.models import AppTemplate, Workload
 
@@ -48,7 +48,7 @@ def setup_catalog(world: Any) -> tuple[Cluster, AppTemplate]:
 def wait_for(cluster: Cluster, workload: Workload, state: str, timeout: float) -> Workload:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        services.reconcile(cluster)
+        reconcile.reconcile(cluster)
         workload.refresh_from_db()
         if workload.state == state:
             return workload

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from scheduling.backends.base import BackendError, Phase
 from scheduling.models import Allocation, GpuDevice
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 from workloads.lifecycle import transition
 from workloads.models import Workload
@@ -46,7 +46,7 @@ def test_a_launch_goes_from_pending_to_running_to_stopped(world, catalog, backen
     assert Allocation.objects.filter(workload=w).count() == 1
 
     backend.set(w.pk, Phase.RUNNING, last_activity=timezone.now())
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     w.refresh_from_db()
     assert w.state == State.RUNNING and w.deadline_at is not None
 
@@ -217,13 +217,13 @@ def test_a_failing_job_is_retried_then_fails_with_the_reason(world, catalog, bac
         max_retries=1,
     )
     backend.set(job.pk, Phase.FAILED, "worker 0 exited with code 3", exit_code=3)
-    run(services.reconcile, catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     job.refresh_from_db()
     assert job.state == State.STARTING and job.attempt == 1
     assert "attempt 2 of 2" in job.reason
     assert backend.submits == [(str(job.pk), 0), (str(job.pk), 1)]
-    backend.set(job.pk, Phase.FAILED, "worker 0 exited with code 3", exit_code=3)
-    run(services.reconcile, catalog.cluster)
+    backend.set(job.pk, Phase.FAILED, "worker 0 exited with code 3", exit_code=3, attempt=1)
+    run(reconcile.reconcile, catalog.cluster)
     job.refresh_from_db()
     assert (job.state, job.exit_code) == (State.FAILED, 3)
     assert job.reason == "worker 0 exited with code 3"
@@ -249,7 +249,7 @@ def test_late_and_duplicate_messages_change_nothing(world, catalog, backend, run
     assert transition(w, State.RUNNING, reason="late") is False
     assert transition(w, State.STOPPED, reason="again") is False
     backend.set(w.pk, Phase.RUNNING)
-    services.apply_observation(w, backend.phases[str(w.pk)])
+    reconcile.apply_observation(w, backend.phases[str(w.pk)])
     w.refresh_from_db()
     assert w.state == State.STOPPED and w.events.count() == events
 
@@ -259,23 +259,23 @@ def test_a_running_workload_the_backend_lost_fails_with_the_reason(
 ) -> None:
     w = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
     backend.set(w.pk, Phase.RUNNING)
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     del backend.phases[str(w.pk)]
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     w.refresh_from_db()
     assert w.state == State.FAILED and w.reason.startswith("lost")
 
 
 def test_orphans_left_by_a_crash_are_stopped(world, catalog, backend) -> None:
     backend.orphans.add("3f1e0000-0000-0000-0000-000000000000")
-    services.reconcile(catalog.cluster)
+    reconcile.reconcile(catalog.cluster)
     assert backend.stops == ["3f1e0000-0000-0000-0000-000000000000"]
 
 
 def _running(world, catalog, backend, run) -> Workload:
     w = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
     backend.set(w.pk, Phase.RUNNING)
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     w.refresh_from_db()
     return w
 
@@ -296,7 +296,7 @@ def test_activity_keeps_an_environment_alive(world, catalog, backend, run) -> No
     w = _running(world, catalog, backend, run)
     later = w.started_at + dt.timedelta(minutes=55)
     backend.set(w.pk, Phase.RUNNING, last_activity=later)
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     run(services.cull, now=later + dt.timedelta(minutes=30))
     w.refresh_from_db()
     assert w.state == State.RUNNING
@@ -314,7 +314,7 @@ def test_the_maximum_duration_stops_and_extending_moves_it(world, catalog, backe
     with pytest.raises(ValidationError, match="the most the grant allows"):
         services.extend(actor=world.bob, workload=w)
     backend.set(w.pk, Phase.RUNNING, last_activity=w.deadline_at)
-    services.reconcile(catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     run(services.cull, now=w.deadline_at + dt.timedelta(seconds=1))
     w.refresh_from_db()
     assert w.state == State.STOPPED and "maximum duration (240 minutes)" in w.reason
@@ -329,3 +329,39 @@ def test_an_expired_grant_rejects_what_waits(world, catalog, backend, run) -> No
     services.expire_grants()
     w.refresh_from_db()
     assert w.state == State.REJECTED and "grant expired" in w.reason
+
+
+def test_a_stop_by_class_staff_is_audited_and_the_owners_own_is_not(
+    world, catalog, backend, run
+) -> None:
+    from portal.models import AuditEvent
+
+    mine = _running(world, catalog, backend, run)
+    run(services.stop, actor=world.bob, workload=mine)
+    assert not AuditEvent.objects.filter(action="workload.stop").exists()
+
+    theirs = _running(world, catalog, backend, run)
+    run(services.stop, actor=world.alice, workload=theirs, reason="class is over")
+    [event] = AuditEvent.objects.filter(action="workload.stop")
+    assert (event.actor, event.target_id, event.tenant) == (
+        world.alice,
+        str(theirs.pk),
+        world.class_a,
+    )
+    assert event.data == {"owner": "bob", "reason": "class is over"}
+
+
+def test_an_extension_is_audited_and_spent_once(world, catalog, backend, run) -> None:
+    from portal.models import AuditEvent
+
+    catalog.grant.max_extensions = 1
+    catalog.grant.save()
+    w = _running(world, catalog, backend, run)
+    stale = Workload.objects.get(pk=w.pk)  # a second page open on the same environment
+    services.extend(actor=world.bob, workload=w)
+    with pytest.raises(ValidationError, match="the most the grant allows"):
+        services.extend(actor=world.bob, workload=stale)
+    w.refresh_from_db()
+    assert w.extensions == 1
+    [event] = AuditEvent.objects.filter(action="workload.extend")
+    assert (event.actor, event.data["extensions"]) == (world.bob, 1)

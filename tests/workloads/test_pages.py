@@ -145,13 +145,13 @@ def test_my_desktop_shows_one_card_per_environment_with_its_actions(
     world, catalog, backend, signed_in, django_capture_on_commit_callbacks
 ) -> None:
     from scheduling.backends.base import Phase
-    from workloads import services
+    from workloads import reconcile
 
     with django_capture_on_commit_callbacks(execute=True):
         signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
     workload = Workload.objects.get()
     backend.set(workload.pk, Phase.RUNNING)
-    services.reconcile(catalog.cluster)
+    reconcile.reconcile(catalog.cluster)
     page = signed_in(world.bob).get("/desktop/").content.decode()
     assert f'data-workload-id="{workload.pk}"' in page
     assert f"/nb/{workload.pk}/lab" in page and "Extend" in page and "Stop" in page

@@ -7,7 +7,7 @@ import pytest
 
 from scheduling.backends.base import Phase
 from scheduling.models import PriorityClass, Queue
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 from workloads.models import Grant
 
@@ -46,7 +46,7 @@ def gpu_job(run, world, catalog, user, tenant, workers=1):
 
 def finish_stops(run, backend, catalog) -> None:
     """The backend reports the evicted work gone; the next session starts what waited."""
-    run(services.reconcile, catalog.cluster)
+    run(reconcile.reconcile, catalog.cluster)
     run(services.admit_queued, catalog.cluster)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduling.backends import registry
+from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Allocation, Cluster, GpuDevice
-from workloads import services
+from workloads import reconcile, services
 from workloads.choices import State
 from workloads.models import AppTemplate, Flavor, Grant, Image
 
@@ -24,7 +25,7 @@ def farm(world, settings, tmp_path):
         placement_policy="fgd-cpu",
         config={"speedup": 1_000_000},
     )
-    services.sync_nodes(cluster)
+    sync_backend_nodes(cluster)
     image = Image.objects.create(name="PyTorch", slug="pt")
     v100x4 = Flavor.objects.create(
         name="4 × V100",
@@ -71,7 +72,7 @@ def test_a_distributed_job_runs_its_simulated_time_on_the_right_gpus(
     models = set(Allocation.objects.filter(workload=job).values_list("device__model", flat=True))
     assert models == {"V100M32"}
     assert Allocation.objects.filter(workload=job).count() == 8
-    services.reconcile(cluster)
+    reconcile.reconcile(cluster)
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED and "simulated" in job.reason
     assert not Allocation.objects.filter(workload=job).exists()
@@ -83,7 +84,7 @@ def test_a_simulated_environment_has_nothing_to_open(
     cluster, _, template = farm
     with django_capture_on_commit_callbacks(execute=True):
         workload = services.launch_environment(actor=world.bob, template=template)
-    services.reconcile(cluster)
+    reconcile.reconcile(cluster)
     body = api(world.bob).get(f"/api/v1/workloads/{workload.pk}/").json()
     assert body["state"] == "Running" and body["open_url"] is None
     assert body["cluster"] == "sim"
@@ -98,6 +99,6 @@ def test_a_resync_keeps_admin_cordons_and_writes_nothing_when_nothing_changed(
     node.taints = [{"key": "maintenance", "effect": "NoSchedule"}]
     node.save()
     with django_assert_max_num_queries(6):  # two reads and no writes, whatever the size
-        services.sync_nodes(cluster)
+        sync_backend_nodes(cluster)
     node.refresh_from_db()
     assert node.cordoned and node.taints[0]["key"] == "maintenance"

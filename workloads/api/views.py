@@ -21,6 +21,7 @@ from workloads.api import serializers as s
 from workloads.choices import WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 from workloads.permissions import can_control, visible_grants, visible_workloads
+from workloads.specs import handle_for
 
 
 class CatalogPermission(permissions.BasePermission):
@@ -228,7 +229,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             raise ValidationError({"task": _("task and offset are whole numbers")}) from None
         if not 0 <= task < workload.workers or offset < 0:
             raise ValidationError({"task": _("task is 0 to %(n)s") % {"n": workload.workers - 1}})
-        chunk = get_backend(workload.cluster).logs(services.handle_for(workload), task, offset)
+        chunk = get_backend(workload.cluster).logs(handle_for(workload), task, offset)
         return Response(
             {"text": chunk.text, "next_offset": chunk.next_offset, "tasks": chunk.tasks}
         )

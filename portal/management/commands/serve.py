@@ -8,6 +8,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from portal.embedded import EmbeddedBeat
+from scheduling.choices import BackendKind
+from scheduling.inventory import sync_backend_nodes
+from scheduling.models import Cluster
 
 
 class Command(BaseCommand):
@@ -17,11 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
-        from scheduling.models import Cluster
-        from workloads import services
-
-        for cluster in Cluster.objects.exclude(backend="kubernetes"):
-            services.sync_nodes(cluster)
+        for cluster in Cluster.objects.exclude(backend=BackendKind.KUBERNETES):
+            sync_backend_nodes(cluster)
         if not settings.REDIS_URL:
             EmbeddedBeat().start()
         call_command("runserver", addrport, use_reloader=False)

@@ -24,7 +24,7 @@ from scheduling.inventory import desired_objects, queue_for, tenant_spec
 from scheduling.models import Cluster, Queue
 from tenants.models import Membership, Tenant
 from workloads.models import AppTemplate, Flavor, Grant
-from workloads.services import resources_for
+from workloads.specs import resources_for
 
 # Deterministic ids: the same demo data gives the same files.
 NAMESPACE = uuid.UUID("6f1c1b1e-9b7e-4c43-9f43-7d1f3e0c5a10")

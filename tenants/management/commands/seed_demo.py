@@ -140,12 +140,12 @@ class Command(BaseCommand):
     def _seed_catalog(self) -> None:
         """Clusters and the catalog: each app seeds its own part."""
         from scheduling import demo as scheduling_demo
+        from scheduling.inventory import sync_backend_nodes
         from workloads import demo as workloads_demo
-        from workloads.services import sync_nodes
 
         admin = User.objects.get(username="admin")
-        sync_nodes(scheduling_demo.seed())
-        sync_nodes(scheduling_demo.seed_simulated())
+        sync_backend_nodes(scheduling_demo.seed())
+        sync_backend_nodes(scheduling_demo.seed_simulated())
         workloads_demo.seed(admin)
 
     def _user(

@@ -17,12 +17,15 @@ from scheduling import tasks
 from scheduling.backends import registry
 from scheduling.backends.base import BackendError, Observation, Phase
 from scheduling.backends.kubernetes import manifests
+from scheduling.locks import cluster_lock
 from scheduling.models import Cluster, Node, PriorityClass, Queue
 from tests.conftest import World
 from tests.scheduling.kubernetes.emulator import ApiServer
-from workloads import services
+from workloads import reconcile
+from workloads import tasks as workload_tasks
 from workloads.choices import State
 from workloads.models import Flavor, Image, Workload
+from workloads.specs import spec_for
 
 pytestmark = pytest.mark.django_db
 NAMESPACE = "quanta-ml-101"  # world.class_a
@@ -105,8 +108,8 @@ def test_the_portals_submit_reaches_the_cluster_through_the_registry(
     api: ApiServer, make_workload: Callable[..., Workload]
 ) -> None:
     workload = make_workload()
-    services.submit(str(workload.pk))
-    services.submit(str(workload.pk))  # a duplicate delivery of the task
+    reconcile.submit(str(workload.pk))
+    reconcile.submit(str(workload.pk))  # a duplicate delivery of the task
     job = job_of(api, workload)
     assert job["spec"]["minAvailable"] == 2
     workload.refresh_from_db()
@@ -117,7 +120,7 @@ def test_the_watch_task_moves_a_workload_through_its_lifecycle(
     api: ApiServer, cluster: Cluster, make_workload: Callable[..., Workload]
 ) -> None:
     workload = make_workload()
-    services.submit(str(workload.pk))
+    reconcile.submit(str(workload.pk))
     job = job_of(api, workload)
     group = {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -144,7 +147,7 @@ def test_the_watch_task_moves_a_workload_through_its_lifecycle(
         (0.2, lambda: set_job(api, job, "Running")),
         (0.2, lambda: set_job(api, job, "Completed", succeeded=2)),
     )
-    outcome = tasks.watch(cluster.pk, seconds=2.5)
+    outcome = workload_tasks.watch(cluster.pk, seconds=2.5)
     changes.join()
     workload.refresh_from_db()
     assert workload.state == State.SUCCEEDED, workload.reason
@@ -159,7 +162,7 @@ def test_a_waiting_workload_shows_the_schedulers_reason(
     api: ApiServer, cluster: Cluster, make_workload: Callable[..., Workload]
 ) -> None:
     workload = make_workload()
-    services.submit(str(workload.pk))
+    reconcile.submit(str(workload.pk))
     job = job_of(api, workload)
     api.put(
         {
@@ -178,7 +181,7 @@ def test_a_waiting_workload_shows_the_schedulers_reason(
             },
         }
     )
-    tasks.watch(cluster.pk, seconds=1.0)
+    workload_tasks.watch(cluster.pk, seconds=1.0)
     workload.refresh_from_db()
     assert (workload.state, workload.reason) == (
         State.STARTING,
@@ -187,10 +190,10 @@ def test_a_waiting_workload_shows_the_schedulers_reason(
 
 
 def test_only_one_worker_watches_a_cluster(cluster: Cluster) -> None:
-    with tasks.cluster_lock(f"quanta:kubernetes-watch:{cluster.pk}", 60) as held:
+    with cluster_lock(f"quanta:kubernetes-watch:{cluster.pk}", 60) as held:
         assert held
-        assert tasks.watch(cluster.pk, seconds=5) == "already watched"
-    with tasks.cluster_lock(f"quanta:kubernetes-watch:{cluster.pk}", 60) as held:
+        assert workload_tasks.watch(cluster.pk, seconds=5) == "already watched"
+    with cluster_lock(f"quanta:kubernetes-watch:{cluster.pk}", 60) as held:
         assert held  # released
 
 
@@ -198,7 +201,9 @@ def test_an_earlier_attempts_last_words_change_nothing(
     make_workload: Callable[..., Workload],
 ) -> None:
     workload = make_workload(attempt=1, max_retries=2)
-    tasks.apply(workload, Observation(str(workload.pk), Phase.FAILED, "exit 1", attempt=0))
+    reconcile.apply_observation(
+        workload, Observation(str(workload.pk), Phase.FAILED, "exit 1", attempt=0)
+    )
     workload.refresh_from_db()
     assert (workload.state, workload.attempt) == (State.STARTING, 1)
 
@@ -206,7 +211,7 @@ def test_an_earlier_attempts_last_words_change_nothing(
 def test_an_in_place_restart_of_a_running_job_shows(make_workload: Callable[..., Workload]) -> None:
     workload = make_workload(state=State.RUNNING)
     reason = "restarting after worker-1 was evicted: preempted (restart 1 of 3)"
-    tasks.apply(workload, Observation(str(workload.pk), Phase.STARTING, reason))
+    reconcile.apply_observation(workload, Observation(str(workload.pk), Phase.STARTING, reason))
     workload.refresh_from_db()
     assert (workload.state, workload.reason) == (State.STARTING, reason)
 
@@ -216,13 +221,15 @@ def test_the_resync_follows_workloads_and_stops_orphans(
 ) -> None:
     workload = make_workload(state=State.RUNNING)
     backend = registry.get_backend(cluster)
-    handle = backend.submit(services.spec_for(workload))
+    handle = backend.submit(spec_for(workload))
     Workload.objects.filter(pk=workload.pk).update(backend_state=handle.state)
     set_job(api, job_of(api, workload), "Completed", succeeded=2)
     orphan = make_workload(state=State.FAILED)
-    orphan_handle = backend.submit(services.spec_for(orphan))
+    orphan_handle = backend.submit(spec_for(orphan))
     set_job(api, job_of(api, orphan), "Running")
-    assert tasks.resync() == {"campus": {"observed": 1, "orphans": 1, "admitted": 0}}
+    assert workload_tasks.resync() == {
+        "campus": {"observed": 1, "orphans": 1, "resent": 0, "admitted": 0}
+    }
     workload.refresh_from_db()
     assert workload.state == State.SUCCEEDED
     (command,) = api.all("commands")
@@ -239,14 +246,14 @@ def test_the_portal_keeps_serving_when_the_api_server_is_down(
     cluster.save()
     workload = make_workload()
     with pytest.raises(BackendError) as caught:
-        services.submit(str(workload.pk))
+        reconcile.submit(str(workload.pk))
     assert caught.value.transient  # the Celery task retries it later
     workload.refresh_from_db()
     assert workload.state == State.STARTING
-    result = tasks.resync()
+    result = workload_tasks.resync()
     assert result["campus"].startswith("failed: the cluster's API server cannot be reached")
     assert tasks.inventory()["campus"].startswith("failed")
-    assert tasks.watch(cluster.pk, seconds=2).startswith("ended: stopped watching")
+    assert workload_tasks.watch(cluster.pk, seconds=2).startswith("ended: stopped watching")
 
 
 def test_a_template_the_cluster_rejects_fails_the_workload_with_its_message(
@@ -255,8 +262,8 @@ def test_a_template_the_cluster_rejects_fails_the_workload_with_its_message(
     message = 'admission webhook "images.campus.example" denied the request: registry not allowed'
     api.admission.append(lambda verb, plural, obj: (403, "Forbidden", message))
     workload = make_workload()
-    services.submit(str(workload.pk))
-    services.submit(str(workload.pk))
+    reconcile.submit(str(workload.pk))
+    reconcile.submit(str(workload.pk))
     workload.refresh_from_db()
     assert workload.state == State.FAILED
     assert message in workload.reason

@@ -1,0 +1,196 @@
+"""Launching: what a person may start, and the two ways to ask (an environment from a granted
+template, a training job). A launch creates the workload in ``Pending``; the lifecycle's
+listeners admit it after commit (``workloads.dispatch``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from scheduling.models import Cluster
+from tenants.models import Membership, Tenant
+from workloads.choices import HOLDING, WAITING, WorkloadKind
+from workloads.lifecycle import created
+from workloads.models import AppTemplate, Flavor, Grant, Workload
+
+MAX_WORKERS = 64
+RESERVED_ENV = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "CUDA_VISIBLE_DEVICES",
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+# --- What a person may launch ------------------------------------------------------------------
+
+
+def member_tenants(user: Any) -> QuerySet[Tenant]:
+    return Tenant.objects.filter(memberships__user=user, is_active=True)
+
+
+def grants_for(user: Any, *, today: dt.date | None = None) -> QuerySet[Grant]:
+    """Grants a person may launch from now: on their active classes, not expired."""
+    today = today or timezone.localdate()
+    return (
+        Grant.objects.filter(tenant__in=member_tenants(user), template__is_active=True)
+        .filter(Q(expires_on__isnull=True) | Q(expires_on__gte=today))
+        .select_related("template", "template__image", "tenant", "cluster")
+        .prefetch_related("flavors")
+    )
+
+
+def default_cluster() -> Cluster:
+    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+    if cluster is None:
+        raise ValidationError({"cluster": _("no cluster is configured; ask an admin")})
+    return cluster
+
+
+def launch_environment(
+    *, actor: Any, template: AppTemplate, flavor: Flavor | None = None, name: str = ""
+) -> Workload:
+    """Start a notebook / IDE from a template granted to ``actor``."""
+    grants = [g for g in grants_for(actor) if g.template_id == template.pk]
+    if not grants:
+        raise ValidationError(
+            {"template": _("%(template)s is not granted to you") % {"template": template.name}}
+        )
+    flavor = flavor or template.default_flavor
+    grant = next((g for g in grants if flavor in g.flavors.all()), None)
+    if grant is None:
+        raise ValidationError(
+            {
+                "flavor": _("%(flavor)s is not allowed for %(template)s")
+                % {"flavor": flavor.name, "template": template.name}
+            }
+        )
+    running = Workload.objects.filter(owner=actor, grant=grant, state__in=WAITING + HOLDING)
+    if running.count() >= grant.member_limit:
+        raise ValidationError(
+            {
+                "template": _(
+                    "you already run %(n)s of %(n)s allowed %(template)s environment(s); "
+                    "stop one first"
+                )
+                % {"n": grant.member_limit, "template": template.name}
+            }
+        )
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            kind=WorkloadKind.NOTEBOOK,
+            name=(name or template.name)[:100],
+            owner=actor,
+            tenant=grant.tenant,
+            cluster=grant.cluster or default_cluster(),
+            template=template,
+            grant=grant,
+            flavor=flavor,
+            image=template.image,
+            env=dict(template.environment),
+            idle_timeout_minutes=grant.idle_timeout_minutes,
+            priority=grant.priority_class.value if grant.priority_class else 0,
+        )
+        created(workload, actor=actor, reason=f"launched {template.name} with {flavor.name}")
+    return workload
+
+
+def parse_command(command: str | Sequence[str]) -> list[str]:
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise ValidationError(
+                {"command": _("cannot be read: %(error)s") % {"error": exc}}
+            ) from None
+    else:
+        argv = list(command)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ValidationError({"command": _("give the command to run, e.g. python train.py")})
+    if len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
+        raise ValidationError({"command": _("is too long or contains a NUL character")})
+    return argv
+
+
+def check_env(env: Any) -> dict[str, str]:
+    if env in (None, ""):
+        return {}
+    if not isinstance(env, dict):
+        raise ValidationError({"env": _("must be an object of NAME: value")})
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValidationError(
+                {"env": _("%(name)r is not a valid variable name") % {"name": key}}
+            )
+        if key in RESERVED_ENV:
+            raise ValidationError(
+                {"env": _("%(name)s is set by Quanta for each worker") % {"name": key}}
+            )
+        if not isinstance(value, str | int | float) or len(str(value)) > 4096:
+            raise ValidationError(
+                {"env": _("the value of %(name)s must be a short string") % {"name": key}}
+            )
+    return {k: str(v) for k, v in env.items()}
+
+
+def submit_job(
+    *,
+    actor: Any,
+    tenant: Tenant,
+    flavor: Flavor,
+    command: str | Sequence[str],
+    name: str = "",
+    env: dict[str, Any] | None = None,
+    workers: int = 1,
+    max_retries: int = 0,
+) -> Workload:
+    """A training job: ``workers`` tasks started together (gang), each running ``command``."""
+    argv = parse_command(command)
+    variables = check_env(env)
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValidationError({"workers": _("must be between 1 and %(n)s") % {"n": MAX_WORKERS}})
+    if not 0 <= max_retries <= 10:
+        raise ValidationError({"max_retries": _("must be between 0 and 10")})
+    if not Membership.objects.filter(user=actor, tenant=tenant, tenant__is_active=True).exists():
+        raise ValidationError(
+            {"tenant": _("you are not a member of %(slug)r") % {"slug": tenant.slug}}
+        )
+    grant = grants_for(actor).filter(tenant=tenant, flavors=flavor).first()
+    if grant is None:
+        raise ValidationError(
+            {
+                "flavor": _("%(flavor)s is not granted to %(tenant)s")
+                % {"flavor": flavor.name, "tenant": tenant.name}
+            }
+        )
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            kind=WorkloadKind.JOB,
+            name=(name or argv[0])[:100],
+            owner=actor,
+            tenant=tenant,
+            cluster=grant.cluster or default_cluster(),
+            grant=grant,
+            flavor=flavor,
+            image=grant.template.image,
+            command=argv,
+            env=variables,
+            workers=workers,
+            max_retries=max_retries,
+            priority=grant.priority_class.value if grant.priority_class else 0,
+        )
+        created(workload, actor=actor, reason=f"submitted: {shlex.join(argv)[:200]} × {workers}")
+    return workload

@@ -1,0 +1,93 @@
+"""What a workload asks for, in the shapes the layers below speak: the backend's
+``WorkloadSpec`` and ``Resources``, the quota's ``Request``, the backend ``Handle``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from scheduling.backends.base import Handle, Resources, TaskPlacement, WorkloadSpec
+from scheduling.inventory import queue_for
+from scheduling.models import Allocation
+from tenants.quota import Request
+from workloads.choices import WorkloadKind
+from workloads.models import Flavor, Workload
+
+
+def resources_for(flavor: Flavor) -> Resources:
+    return Resources(
+        cpu_milli=flavor.cpu_milli,
+        memory_mib=flavor.memory_mib,
+        gpus=flavor.gpus,
+        gpu_milli=flavor.gpu_milli,
+        gpu_memory_mib=flavor.gpu_memory_mib,
+        gpu_models=tuple(flavor.gpu_models or ()),
+    )
+
+
+def quota_request_for(workload: Workload) -> Request:
+    flavor, n = workload.flavor, workload.workers
+    return Request(
+        gpus=flavor.gpu_equivalents * n,
+        gpu_memory_mib=flavor.gpu_memory_mib * n,
+        cpu_cores=Decimal(flavor.cpu_milli) / 1000 * n,
+        memory_mib=flavor.memory_mib * n,
+        environments=1 if workload.kind == WorkloadKind.NOTEBOOK else 0,
+        jobs=1 if workload.kind == WorkloadKind.JOB else 0,
+    )
+
+
+def charged_request(charged: dict[str, Any] | None) -> Request:
+    """The request stored on the workload when admission charged it (``quota_request``)."""
+    charged = charged or {}
+    return Request(
+        gpus=Decimal(charged.get("gpus", "0")),
+        gpu_memory_mib=int(charged.get("gpu_memory_mib", 0)),
+        cpu_cores=Decimal(charged.get("cpu_cores", "0")),
+        memory_mib=int(charged.get("memory_mib", 0)),
+        environments=int(charged.get("environments", 0)),
+        jobs=int(charged.get("jobs", 0)),
+    )
+
+
+def home_dir(user: Any) -> str:
+    return str(settings.DATA_DIR / "home" / user.username)
+
+
+def spec_for(workload: Workload) -> WorkloadSpec:
+    allocations = list(workload.allocations.select_related("node", "device").order_by("task"))
+    by_task: dict[int, list[Allocation]] = defaultdict(list)
+    for allocation in allocations:
+        by_task[allocation.task].append(allocation)
+    placement = tuple(
+        TaskPlacement(
+            node=rows[0].node.name, gpu_indices=tuple(a.device.index for a in rows if a.device)
+        )
+        for _task, rows in sorted(by_task.items())
+    )
+    template = workload.template
+    return WorkloadSpec(
+        workload_id=str(workload.pk),
+        kind=workload.kind,
+        app=template.kind if template else "command",
+        owner=workload.owner.username,
+        command=tuple(workload.command),
+        env={**(template.environment if template else {}), **workload.env},
+        resources=resources_for(workload.flavor),
+        workers=workload.workers,
+        max_retries=workload.max_retries,
+        attempt=workload.attempt,
+        image=workload.image.registry_ref if workload.image else "",
+        base_url=workload.open_path,
+        working_dir=home_dir(workload.owner),
+        placement=placement,
+        queue=queue_for(workload.cluster, workload.tenant),
+        labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
+    )
+
+
+def handle_for(workload: Workload) -> Handle:
+    return Handle(str(workload.pk), dict(workload.backend_state or {}))
