@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from scheduling.choices import BackendKind
 from scheduling.models import Cluster
 
 # Interactive sessions sit idle most of the time: the demo lets the local host take eight
@@ -17,10 +18,10 @@ def seed_simulated() -> Cluster:
         slug="sim",
         defaults={
             "name": "GPU farm",
-            "backend": "simulated",
+            "backend": BackendKind.SIMULATED,
             "placement_policy": "fgd-cpu",
             "config": {"speedup": 60, "default_duration_s": 1800},
-            "is_default": settings.CLUSTER_BACKEND == "simulated",
+            "is_default": settings.CLUSTER_BACKEND == BackendKind.SIMULATED,
         },
     )
     return sim
@@ -31,9 +32,9 @@ def seed() -> Cluster:
         slug="local",
         defaults={
             "name": "This host",
-            "backend": "local",
+            "backend": BackendKind.LOCAL,
             "config": {"cpu_overcommit": DEMO_CPU_OVERCOMMIT},
-            "is_default": settings.CLUSTER_BACKEND == "local",
+            "is_default": settings.CLUSTER_BACKEND == BackendKind.LOCAL,
         },
     )
     return local

@@ -1,13 +1,17 @@
-"""One backend instance per cluster, built from the cluster's row."""
+"""One backend instance per cluster, built from the cluster's row. Each backend's module is
+imported when a cluster first needs it (the Kubernetes client is heavy, and a portal with
+only local clusters never loads it)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from scheduling.backends.base import Backend, GpuInfo
+from scheduling.choices import BackendKind
 
 if TYPE_CHECKING:
     from scheduling.models import Cluster
@@ -18,8 +22,6 @@ _backends: dict[tuple[int, str, str], Backend] = {}
 
 def get_backend(cluster: Cluster) -> Backend:
     """The backend of ``cluster``, built once per configuration."""
-    import json
-
     key = (cluster.pk, cluster.backend, json.dumps(cluster.config, sort_keys=True))
     with _lock:
         backend = _backends.get(key)
@@ -30,7 +32,7 @@ def get_backend(cluster: Cluster) -> Backend:
 
 def _build(cluster: Cluster) -> Backend:
     config: dict[str, Any] = cluster.config or {}
-    if cluster.backend == "local":
+    if cluster.backend == BackendKind.LOCAL:
         from scheduling.backends.local import LocalBackend
 
         gpus = config.get("gpus")
@@ -41,7 +43,7 @@ def _build(cluster: Cluster) -> Backend:
             cpu_milli=config.get("cpu_milli"),
             memory_mib=config.get("memory_mib"),
         )
-    if cluster.backend == "simulated":
+    if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend
 
         return SimulatedBackend(
@@ -51,7 +53,7 @@ def _build(cluster: Cluster) -> Backend:
             speedup=float(config.get("speedup", 60)),
             default_duration_s=float(config.get("default_duration_s", 3600)),
         )
-    if cluster.backend == "kubernetes":
+    if cluster.backend == BackendKind.KUBERNETES:
         from scheduling.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
         return KubernetesBackend(KubernetesConfig.from_mapping(config))

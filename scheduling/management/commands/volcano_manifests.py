@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from scheduling.backends.base import WorkloadSpec
 from scheduling.backends.kubernetes import manifests
 from scheduling.backends.kubernetes.config import KubernetesConfig
+from scheduling.choices import BackendKind
 from scheduling.inventory import desired_objects, queue_for, tenant_spec
 from scheduling.models import Cluster, Queue
 from tenants.models import Membership, Tenant
@@ -80,13 +81,15 @@ class Command(BaseCommand):
         )
 
     def _cluster(self, slug: str | None) -> Cluster:
-        clusters = Cluster.objects.filter(backend="kubernetes")
+        clusters = Cluster.objects.filter(backend=BackendKind.KUBERNETES)
         if slug:
             found = clusters.filter(slug=slug).first()
             if found is None:
                 raise CommandError(f"no Kubernetes cluster {slug!r}")
             return found
-        return clusters.first() or Cluster(name="example", slug="example", backend="kubernetes")
+        return clusters.first() or Cluster(
+            name="example", slug="example", backend=BackendKind.KUBERNETES
+        )
 
     def _cluster_objects(self, cluster: Cluster, config: KubernetesConfig) -> list[dict[str, Any]]:
         if cluster.pk:
