@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from tenants import services
-from tenants.services import members, quotas, roster_import, tokens, tree
+from tenants.services import members, preferences, quotas, roster_import, tokens, tree
 
 
 def test_every_re_export_is_the_topic_modules_own() -> None:
-    modules = (members, quotas, roster_import, tokens, tree)
+    modules = (members, preferences, quotas, roster_import, tokens, tree)
     for name in services.__all__:
-        owners = [m for m in modules if getattr(m, name, None) is getattr(services, name)]
-        assert owners or name in ("PREFERENCE_FIELDS", "update_preferences"), name
+        assert any(getattr(m, name, None) is getattr(services, name) for m in modules), name
 
 
 def test_the_functions_callers_use_are_where_they_were() -> None:
