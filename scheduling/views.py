@@ -1,7 +1,8 @@
 """Admin console pages for clusters: the overview (GPUs allocated now, fragmented capacity,
 GPUs allocated over the last days), hosts with their GPUs (cordon / uncordon) and queues.
 
-For superusers, the platform's operators. Changes are audited like the inventory API's.
+For superusers, the platform's operators. Changes go through ``scheduling.services``, as the
+inventory API's do.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
@@ -27,8 +27,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.audit import record
 from portal.views import console_context, superuser_required
+from scheduling import services
 from scheduling.api.views import _devices
 from scheduling.models import Allocation, Cluster, Node, PriorityClass, Queue
 from workloads.choices import HOLDING, WAITING
@@ -297,16 +297,15 @@ def hosts(request: HttpRequest) -> HttpResponse:
 
 def _set_cordon(request: HttpRequest, pk: int, cordoned: bool) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
-    with transaction.atomic():
-        Node.objects.filter(pk=node.pk).update(cordoned=cordoned)
-        record("node.cordon" if cordoned else "node.uncordon", actor=request.user, target=node)
     if cordoned:
+        services.cordon(actor=request.user, node=node)
         messages.success(
             request,
             _("%(node)s is cordoned: nothing new lands on it; what runs there keeps running.")
             % {"node": node.name},
         )
     else:
+        services.uncordon(actor=request.user, node=node)
         messages.success(request, _("%(node)s takes new work again.") % {"node": node.name})
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(

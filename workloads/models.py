@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 
+from tenants.choices import MANAGING_ROLES
+from tenants.permissions import Access
 from workloads.choices import ACTIVE, AppKind, State, WorkloadKind
 
 
@@ -74,6 +78,16 @@ class Flavor(models.Model):
         return bool(self.gpus or self.gpu_milli)
 
 
+class AppTemplateQuerySet(models.QuerySet["AppTemplate"]):
+    def grantable(self, *, keeping: Grant | None = None) -> AppTemplateQuerySet:
+        """Templates a grant may be given for: the active ones, and the one ``keeping``
+        already has (so editing a grant of a retired template does not lose it)."""
+        active = Q(is_active=True)
+        if keeping is not None:
+            active |= Q(pk=keeping.template_id)
+        return self.filter(active).order_by("name")
+
+
 class AppTemplate(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=64, unique=True)
@@ -86,11 +100,34 @@ class AppTemplate(models.Model):
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
 
+    objects = AppTemplateQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+
+class GrantQuerySet(models.QuerySet["Grant"]):
+    def visible_to(self, user: Any) -> GrantQuerySet:
+        """Grants of the subtrees ``user`` manages, and grants to the tenants they belong to."""
+        access = Access.of(user)
+        if access.is_superuser:
+            return self.all()
+        mine = access.tenant_filter(MANAGING_ROLES, prefix="tenant__") | Q(
+            tenant__memberships__user=user
+        )
+        return self.filter(mine).distinct()
+
+    def of_tenant(self, tenant: Any) -> GrantQuerySet:
+        """A class's grants as its dashboard lists them: by template, with their flavors."""
+        return (
+            self.filter(tenant=tenant)
+            .select_related("template")
+            .prefetch_related("flavors")
+            .order_by("template__name")
+        )
 
 
 class Grant(models.Model):
@@ -132,6 +169,8 @@ class Grant(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = GrantQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant", "template"]

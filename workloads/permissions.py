@@ -1,4 +1,4 @@
-"""Who sees and acts on which workloads and grants."""
+"""Who sees and acts on which workloads (grants: ``Grant.objects.visible_to``)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,3 @@ def visible_workloads(user: Any) -> Q:
 def can_control(user: Any, workload: Workload) -> bool:
     """Stop it, read its logs, open it: the owner and the staff of its class."""
     return workload.owner_id == user.pk or Access.of(user).can_manage(workload.tenant)
-
-
-def visible_grants(user: Any) -> Q:
-    """Grants of your subtree if you manage it, and grants to the tenants you belong to."""
-    access = Access.of(user)
-    if access.is_superuser:
-        return Q()
-    return access.tenant_filter(MANAGING_ROLES, prefix="tenant__") | Q(
-        tenant__memberships__user=user
-    )

@@ -19,8 +19,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.audit import record
-from scheduling import whatif
+from scheduling import services, whatif
 from scheduling.api import serializers as s
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
 from tenants.permissions import Access
@@ -39,30 +38,28 @@ class OperatorsChange(permissions.BasePermission):
 
 
 class _Audited(viewsets.GenericViewSet):
+    """Changes go through ``scheduling.services``: one transaction, an audit row each."""
+
     permission_classes = [OperatorsChange]
-
-    def perform_create(self, serializer: Any) -> None:
-        instance = serializer.save()
-        record(f"{instance._meta.model_name}.create", actor=self.request.user, target=instance)
-
-    def perform_update(self, serializer: Any) -> None:
-        instance = serializer.save()
-        record(
-            f"{instance._meta.model_name}.update",
-            actor=self.request.user,
-            target=instance,
-            fields=sorted(serializer.validated_data),
-        )
-
-    def perform_destroy(self, instance: Any) -> None:
-        record(f"{instance._meta.model_name}.delete", actor=self.request.user, target=instance)
-        instance.delete()
 
 
 class ClusterViewSet(_Audited, viewsets.ModelViewSet):
     queryset = Cluster.objects.all()
     serializer_class = s.ClusterSerializer
     lookup_field = "slug"
+
+    def perform_create(self, serializer: s.ClusterSerializer) -> None:
+        serializer.instance = services.create_cluster(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.ClusterSerializer) -> None:
+        serializer.instance = services.update_cluster(
+            actor=self.request.user, cluster=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Cluster) -> None:
+        services.delete_cluster(actor=self.request.user, cluster=instance)
 
 
 def _devices() -> QuerySet[GpuDevice]:
@@ -91,22 +88,24 @@ class NodeViewSet(
             .order_by("cluster", "name")
         )
 
-    def _cordon(self, cordoned: bool) -> Response:
-        node = self.get_object()
-        Node.objects.filter(pk=node.pk).update(cordoned=cordoned)
-        record("node.cordon" if cordoned else "node.uncordon", actor=self.request.user, target=node)
+    def perform_update(self, serializer: s.NodeSerializer) -> None:
+        serializer.instance = services.update_node(
+            actor=self.request.user, node=serializer.instance, **serializer.validated_data
+        )
+
+    def _fresh(self, node: Node) -> Response:
         return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=None, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, pk: str) -> Response:
         """Nothing new lands on the node; what runs there keeps running."""
-        return self._cordon(True)
+        return self._fresh(services.cordon(actor=request.user, node=self.get_object()))
 
     @extend_schema(request=None, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, pk: str) -> Response:
-        return self._cordon(False)
+        return self._fresh(services.uncordon(actor=request.user, node=self.get_object()))
 
 
 class GpuDeviceViewSet(
@@ -124,11 +123,29 @@ class GpuDeviceViewSet(
             .order_by("node", "index")
         )
 
+    def perform_update(self, serializer: s.GpuDeviceSerializer) -> None:
+        serializer.instance = services.update_gpu_device(
+            actor=self.request.user, device=serializer.instance, **serializer.validated_data
+        )
+
 
 class QueueViewSet(_Audited, viewsets.ModelViewSet):
     queryset = Queue.objects.select_related("cluster").prefetch_related("tenants")
     serializer_class = s.QueueSerializer
     filterset_fields = ["cluster__slug", "is_open"]
+
+    def perform_create(self, serializer: s.QueueSerializer) -> None:
+        serializer.instance = services.create_queue(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.QueueSerializer) -> None:
+        serializer.instance = services.update_queue(
+            actor=self.request.user, queue=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Queue) -> None:
+        services.delete_queue(actor=self.request.user, queue=instance)
 
 
 class SuperusersOnly(permissions.BasePermission):
@@ -179,3 +196,16 @@ def _text(upload: Any, field: str) -> str:
 class PriorityClassViewSet(_Audited, viewsets.ModelViewSet):
     queryset = PriorityClass.objects.all()
     serializer_class = s.PriorityClassSerializer
+
+    def perform_create(self, serializer: s.PriorityClassSerializer) -> None:
+        serializer.instance = services.create_priority_class(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.PriorityClassSerializer) -> None:
+        serializer.instance = services.update_priority_class(
+            actor=self.request.user, priority_class=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: PriorityClass) -> None:
+        services.delete_priority_class(actor=self.request.user, priority_class=instance)

@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-from typing import Any
-
-from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -48,18 +45,6 @@ class FlavorSerializer(serializers.ModelSerializer):
             "is_active",
         ]
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        gpus = attrs.get("gpus", getattr(self.instance, "gpus", 0))
-        milli = attrs.get("gpu_milli", getattr(self.instance, "gpu_milli", 0))
-        if gpus and milli:
-            raise serializers.ValidationError(
-                {"gpu_milli": _("a flavor has whole GPUs or a share of one, not both")}
-            )
-        models = attrs.get("gpu_models", [])
-        if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
-            raise serializers.ValidationError({"gpu_models": _("a list of GPU model names")})
-        return attrs
-
 
 class AppTemplateSerializer(serializers.ModelSerializer):
     image = serializers.SlugRelatedField(slug_field="slug", queryset=Image.objects.all())
@@ -83,15 +68,6 @@ class AppTemplateSerializer(serializers.ModelSerializer):
             "description",
             "is_active",
         ]
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        default = attrs.get("default_flavor") or getattr(self.instance, "default_flavor", None)
-        allowed = attrs.get("allowed_flavors")
-        if allowed is not None and default is not None and default not in allowed:
-            raise serializers.ValidationError(
-                {"default_flavor": _("must be one of the allowed flavors")}
-            )
-        return attrs
 
 
 class GrantSerializer(serializers.ModelSerializer):
@@ -130,37 +106,6 @@ class GrantSerializer(serializers.ModelSerializer):
 
     def get_windows_text(self, grant: Grant) -> str:
         return windows.describe(grant.windows)
-
-    def validate_windows(self, value: Any) -> list[dict[str, Any]]:
-        from django.core.exceptions import ValidationError as DjangoValidationError
-
-        try:
-            return windows.validate(value)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict["windows"]) from None
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        template = attrs.get("template") or getattr(self.instance, "template", None)
-        flavors = attrs.get("flavors")
-        if template is not None and flavors is not None:
-            if not flavors:
-                raise serializers.ValidationError({"flavors": _("grant at least one flavor")})
-            allowed = set(template.allowed_flavors.all())
-            outside = [f.slug for f in flavors if f not in allowed]
-            if outside:
-                raise serializers.ValidationError(
-                    {
-                        "flavors": _("not allowed by %(template)s: %(flavors)s")
-                        % {"template": template.name, "flavors": ", ".join(outside)}
-                    }
-                )
-        tenant = attrs.get("tenant")
-        if tenant is not None and tenant.kind not in ("class", "project"):
-            raise serializers.ValidationError({"tenant": _("grant to a class or a project")})
-        for name in ("member_limit", "max_duration_minutes"):
-            if name in attrs and attrs[name] < 1:
-                raise serializers.ValidationError({name: _("must be at least 1")})
-        return attrs
 
 
 class WorkloadEventSerializer(serializers.ModelSerializer):

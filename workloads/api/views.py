@@ -13,14 +13,12 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.audit import record
 from scheduling.backends.registry import get_backend
-from tenants.permissions import Access
-from workloads import services
+from workloads import catalog, grants, services
 from workloads.api import serializers as s
 from workloads.choices import WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
-from workloads.permissions import can_control, visible_grants, visible_workloads
+from workloads.permissions import can_control, visible_workloads
 from workloads.specs import handle_for
 
 
@@ -34,20 +32,10 @@ class CatalogPermission(permissions.BasePermission):
 
 
 class _Catalog(viewsets.ModelViewSet):
+    """Changes go through ``workloads.catalog``: one transaction, an audit row each."""
+
     permission_classes = [CatalogPermission]
     lookup_field = "slug"
-
-    def perform_create(self, serializer: Any) -> None:
-        instance = serializer.save()
-        record(f"{instance._meta.model_name}.create", actor=self.request.user, target=instance)
-
-    def perform_update(self, serializer: Any) -> None:
-        instance = serializer.save()
-        record(f"{instance._meta.model_name}.update", actor=self.request.user, target=instance)
-
-    def perform_destroy(self, instance: Any) -> None:
-        record(f"{instance._meta.model_name}.delete", actor=self.request.user, target=instance)
-        instance.delete()
 
 
 class ImageViewSet(_Catalog):
@@ -55,11 +43,37 @@ class ImageViewSet(_Catalog):
     serializer_class = s.ImageSerializer
     filterset_fields = ["is_active", "framework"]
 
+    def perform_create(self, serializer: s.ImageSerializer) -> None:
+        serializer.instance = catalog.create_image(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.ImageSerializer) -> None:
+        serializer.instance = catalog.update_image(
+            actor=self.request.user, image=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Image) -> None:
+        catalog.delete_image(actor=self.request.user, image=instance)
+
 
 class FlavorViewSet(_Catalog):
     queryset = Flavor.objects.all()
     serializer_class = s.FlavorSerializer
     filterset_fields = ["is_active", "gpus"]
+
+    def perform_create(self, serializer: s.FlavorSerializer) -> None:
+        serializer.instance = catalog.create_flavor(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.FlavorSerializer) -> None:
+        serializer.instance = catalog.update_flavor(
+            actor=self.request.user, flavor=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: Flavor) -> None:
+        catalog.delete_flavor(actor=self.request.user, flavor=instance)
 
 
 class AppTemplateViewSet(_Catalog):
@@ -69,9 +83,23 @@ class AppTemplateViewSet(_Catalog):
     serializer_class = s.AppTemplateSerializer
     filterset_fields = ["is_active", "kind"]
 
+    def perform_create(self, serializer: s.AppTemplateSerializer) -> None:
+        serializer.instance = catalog.create_template(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: s.AppTemplateSerializer) -> None:
+        serializer.instance = catalog.update_template(
+            actor=self.request.user, template=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: AppTemplate) -> None:
+        catalog.delete_template(actor=self.request.user, template=instance)
+
 
 class GrantViewSet(viewsets.ModelViewSet):
-    """Templates granted to classes. Teachers grant to the classes they manage."""
+    """Templates granted to classes. Teachers grant to the classes they manage; the checks
+    are ``workloads.grants``', the same as the teachers' pages."""
 
     queryset = Grant.objects.none()
     serializer_class = s.GrantSerializer
@@ -79,50 +107,23 @@ class GrantViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self) -> QuerySet[Grant]:
         return (
-            Grant.objects.filter(visible_grants(self.request.user))
-            .distinct()
+            Grant.objects.visible_to(self.request.user)
             .select_related("template", "tenant")
             .prefetch_related("flavors")
         )
 
-    def _check(self, tenant: Any) -> None:
-        access = Access.of(self.request.user)
-        if not access.can_view(tenant):
-            raise ValidationError({"tenant": _("no class %(slug)r") % {"slug": tenant.slug}})
-        if not access.can_manage(tenant):
-            raise PermissionDenied(_("You do not manage %(name)s.") % {"name": tenant.name})
-
-    def _check_priority(self, serializer: s.GrantSerializer, tenant: Any) -> None:
-        """A priority class lets a grant's work preempt others: only admins set it."""
-        if "priority_class" in serializer.validated_data and not Access.of(
-            self.request.user
-        ).can_administer(tenant):
-            raise PermissionDenied(_("Only an admin sets the priority of a grant."))
-
     def perform_create(self, serializer: s.GrantSerializer) -> None:
-        self._check(serializer.validated_data["tenant"])
-        self._check_priority(serializer, serializer.validated_data["tenant"])
-        grant = serializer.save(created_by=self.request.user)
-        record(
-            "grant.create",
-            actor=self.request.user,
-            target=grant,
-            tenant=grant.tenant,
-            flavors=[f.slug for f in grant.flavors.all()],
+        serializer.instance = grants.create_grant(
+            actor=self.request.user, **serializer.validated_data
         )
 
     def perform_update(self, serializer: s.GrantSerializer) -> None:
-        self._check(serializer.instance.tenant)
-        if "tenant" in serializer.validated_data:
-            self._check(serializer.validated_data["tenant"])
-        self._check_priority(serializer, serializer.instance.tenant)
-        grant = serializer.save()
-        record("grant.update", actor=self.request.user, target=grant, tenant=grant.tenant)
+        serializer.instance = grants.update_grant(
+            actor=self.request.user, grant=serializer.instance, **serializer.validated_data
+        )
 
     def perform_destroy(self, instance: Grant) -> None:
-        self._check(instance.tenant)
-        record("grant.delete", actor=self.request.user, target=instance, tenant=instance.tenant)
-        instance.delete()
+        grants.delete_grant(actor=self.request.user, grant=instance)
 
 
 class AppCenterViewSet(viewsets.GenericViewSet):

@@ -1,0 +1,80 @@
+"""Every change to tenants, memberships, quotas, users and tokens goes through here.
+
+Each function runs in one transaction, takes the acting user as ``actor`` and writes an
+audit row. Errors a person can fix raise ``ValidationError`` naming the field; the API turns
+them into 400 responses and forms into form errors.
+
+One module per topic; callers keep importing from ``tenants.services``:
+
+- ``tree``: the tenant tree (create, update, move, delete, close ended terms)
+- ``members``: memberships and roles
+- ``quotas``: quota limits and the ledger admission charges (reserve / release)
+- ``roster_import``: users and memberships from a roster CSV
+- ``preferences``: a person's own display name, language and time zone
+- ``tokens``: personal API tokens
+"""
+
+from tenants.services.members import _forget_access, remove_membership, set_membership
+from tenants.services.preferences import PREFERENCE_FIELDS, update_preferences
+from tenants.services.quotas import (
+    QUOTA_LIMIT_FIELDS,
+    QuotaExceeded,
+    QuotaUpdate,
+    _apply,
+    _chain,
+    _levels,
+    check_quota,
+    quota_over_use,
+    release,
+    reserve,
+    set_quota,
+)
+from tenants.services.roster_import import RosterRejected, RosterResult, import_roster
+from tenants.services.tokens import (
+    TOKEN_PREFIX,
+    create_api_token,
+    hash_token,
+    revoke_api_token,
+    touch_api_token,
+)
+from tenants.services.tree import (
+    TENANT_FIELDS,
+    close_ended_terms,
+    create_tenant,
+    delete_tenant,
+    move_tenant,
+    update_tenant,
+)
+
+__all__ = [
+    "PREFERENCE_FIELDS",
+    "QUOTA_LIMIT_FIELDS",
+    "TENANT_FIELDS",
+    "TOKEN_PREFIX",
+    "QuotaExceeded",
+    "QuotaUpdate",
+    "RosterRejected",
+    "RosterResult",
+    "_apply",
+    "_chain",
+    "_forget_access",
+    "_levels",
+    "check_quota",
+    "close_ended_terms",
+    "create_api_token",
+    "create_tenant",
+    "delete_tenant",
+    "hash_token",
+    "import_roster",
+    "move_tenant",
+    "quota_over_use",
+    "release",
+    "remove_membership",
+    "reserve",
+    "revoke_api_token",
+    "set_membership",
+    "set_quota",
+    "touch_api_token",
+    "update_preferences",
+    "update_tenant",
+]
