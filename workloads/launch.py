@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -78,18 +79,21 @@ def launch_environment(
                 % {"flavor": flavor.name, "template": template.name}
             }
         )
-    running = Workload.objects.filter(owner=actor, grant=grant, state__in=WAITING + HOLDING)
-    if running.count() >= grant.member_limit:
-        raise ValidationError(
-            {
-                "template": _(
-                    "you already run %(n)s of %(n)s allowed %(template)s environment(s); "
-                    "stop one first"
-                )
-                % {"n": grant.member_limit, "template": template.name}
-            }
-        )
     with transaction.atomic():
+        # One person's launches take turns (their user row locked), so the count below and
+        # the create after it cannot interleave with another launch of theirs.
+        get_user_model().objects.select_for_update().filter(pk=actor.pk).exists()
+        running = Workload.objects.filter(owner=actor, grant=grant, state__in=WAITING + HOLDING)
+        if running.count() >= grant.member_limit:
+            raise ValidationError(
+                {
+                    "template": _(
+                        "you already run %(n)s of %(n)s allowed %(template)s environment(s); "
+                        "stop one first"
+                    )
+                    % {"n": grant.member_limit, "template": template.name}
+                }
+            )
         workload = Workload.objects.create(
             kind=WorkloadKind.NOTEBOOK,
             name=(name or template.name)[:100],
