@@ -47,11 +47,10 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import translation
-from django.utils.translation.trans_real import parse_accept_lang_header
 
+from core.language import reader_language
 from scheduling.api.serializers import NodeSerializer
 from scheduling.api.views import NodeViewSet
 from scheduling.backends.base import Handle, LogChunk
@@ -336,7 +335,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         global _server_loop
         _server_loop = asyncio.get_running_loop()
         self.user_id = user.pk
-        self.language = _language(self.scope, user)
+        self.language = reader_language(self.scope, user)
         self.subscriptions = {}
         self.topic_of_group = {}
         await self.accept()
@@ -534,19 +533,3 @@ def _reason_text(language: str, reason: str) -> str:
 
     with translation.override(language):
         return translate(reason)
-
-
-def _language(scope: dict[str, Any], user: Any) -> str:
-    """The reader's language, as the pages choose it: their setting, the language cookie,
-    then the browser's Accept-Language."""
-    candidates = [getattr(user, "language", "") or ""]
-    candidates.append(scope.get("cookies", {}).get(settings.LANGUAGE_COOKIE_NAME, ""))
-    accept = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
-    candidates += [code for code, _quality in parse_accept_lang_header(accept[:255])]
-    for code in candidates:
-        if code and code != "*":
-            try:
-                return translation.get_supported_language_variant(code)
-            except LookupError:
-                continue
-    return settings.LANGUAGE_CODE

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "guardian",
     "mozilla_django_oidc",
     "channels",
+    "core",
     "portal",
     "tenants",
     "scheduling",

@@ -27,8 +27,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.audit import record
-from portal.views import console_context, superuser_required
+from core.audit import record
+from core.guards import console_context, superuser_required
 from scheduling.api.views import _devices
 from scheduling.models import Allocation, Cluster, Node, PriorityClass, Queue
 from workloads.choices import HOLDING, WAITING

@@ -23,7 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants import quota as quota_math
 from tenants import roster
 from tenants.choices import ALLOWED_PARENT_KINDS, Role, TenantKind

@@ -31,6 +31,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import ConnectionClosed
 
+from core.language import reader_language
 from scheduling.backends.base import Endpoint, Handle
 from workloads.choices import State
 
@@ -398,9 +399,7 @@ class Page:
     refresh: int | None = None
 
     def render(self, scope: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        from portal.live import _language
-
-        with translation.override(_language(scope, scope.get("user"))):
+        with translation.override(reader_language(scope, scope.get("user"))):
             return page(self.status, self.title, self.text, refresh=self.refresh)
 
 

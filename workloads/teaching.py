@@ -27,12 +27,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from portal.audit import record
-from portal.views import administers_anything
+from core.audit import record
 from tenants import services as tenant_services
 from tenants.choices import MANAGING_ROLES, Role, TenantKind
 from tenants.models import Membership, MemberUsage, Quota, Tenant
-from tenants.permissions import ROLE_RANK, Access
+from tenants.permissions import ROLE_RANK, Access, administers_anything
 from workloads import services, windows
 from workloads.api.serializers import GrantSerializer
 from workloads.choices import ACTIVE, HOLDING, State, WorkloadKind

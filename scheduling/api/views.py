@@ -19,7 +19,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.audit import record
+from core.audit import record
 from scheduling import whatif
 from scheduling.api import serializers as s
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun

@@ -13,7 +13,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.audit import record
+from core.audit import record
 from scheduling.backends.registry import get_backend
 from tenants.permissions import Access
 from workloads import services
