@@ -9,4 +9,5 @@ class WorkloadsConfig(AppConfig):
     def ready(self) -> None:
         from workloads import lifecycle, live
 
+        live.register()  # topics and events of /ws/live/
         lifecycle.on_transitions(live.broadcast_transitions)  # live status pages, after commit
