@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "scheduling",
     "workloads",
     "billing",
+    "console",
 ]
 
 MIDDLEWARE = [

@@ -15,9 +15,12 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling import demo as scheduling_demo
 from tenants import services
 from tenants.choices import Role, TenantKind
 from tenants.models import Membership, Tenant
+from workloads import demo as workloads_demo
+from workloads.services import sync_nodes
 
 User = get_user_model()
 
@@ -139,10 +142,6 @@ class Command(BaseCommand):
 
     def _seed_catalog(self) -> None:
         """Clusters and the catalog: each app seeds its own part."""
-        from scheduling import demo as scheduling_demo
-        from workloads import demo as workloads_demo
-        from workloads.services import sync_nodes
-
         admin = User.objects.get(username="admin")
         sync_nodes(scheduling_demo.seed())
         sync_nodes(scheduling_demo.seed_simulated())

@@ -1,5 +1,5 @@
 """Admin console pages that are not about clusters: the tenant tree with its quotas, the audit
-log and the catalog. The cluster pages (overview, hosts, queues) are in ``scheduling.views``;
+log and the catalog. The cluster pages (overview, hosts, queues) are in ``console.cluster_views``;
 both use the guards of ``core.guards``.
 
 Superusers see everything. Tenant admins see the tenant tree and the audit log of the
