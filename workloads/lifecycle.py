@@ -19,6 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.models import Allocation
+from tenants import services as tenant_services
+from tenants.quota import Request
 from workloads.choices import TERMINAL, TRANSITIONS, State
 from workloads.models import Workload, WorkloadEvent
 
@@ -111,9 +113,6 @@ def note(workload: Workload, reason: str, *, actor: Any = None) -> WorkloadEvent
 
 def _give_back(workload: Workload) -> None:
     """Release the quota charged at admission and the allocations, exactly once."""
-    from tenants import services as tenant_services
-    from tenants.quota import Request
-
     Allocation.objects.filter(workload=workload).delete()
     if not Workload.objects.filter(pk=workload.pk, charged=True).update(charged=False):
         return

@@ -22,7 +22,7 @@ from tenants.models import Tenant
 from workloads import windows
 from workloads.choices import HOLDING
 from workloads.models import Flavor, Grant, Workload
-from workloads.services import default_cluster, resources_for
+from workloads.services import default_cluster, free_nodes, resources_for
 
 
 @dataclass
@@ -45,8 +45,6 @@ class _ClusterView:
 
 
 def _cluster_view(cluster: Cluster) -> _ClusterView:
-    from workloads.services import free_nodes
-
     nodes = free_nodes(cluster, lock=False)
     free_gpus = sum((Decimal(d.free_milli) / 1000 for n in nodes for d in n.devices), Decimal(0))
     free_cpu = sum((Decimal(n.free_cpu_milli) / 1000 for n in nodes if n.schedulable), Decimal(0))

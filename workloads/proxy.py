@@ -33,7 +33,10 @@ from websockets.exceptions import ConnectionClosed
 
 from core.language import reader_language
 from scheduling.backends.base import Endpoint, Handle
+from scheduling.backends.registry import get_backend
 from workloads.choices import State
+from workloads.models import Workload
+from workloads.permissions import can_control
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +102,6 @@ def endpoint_for(workload: Any) -> Endpoint | None:
 
     The one place the proxy asks a backend; tests point it at a server they start.
     """
-    from scheduling.backends.registry import get_backend
-
     handle = Handle(str(workload.id), dict(workload.backend_state or {}))
     return get_backend(workload.cluster).endpoint(handle)
 
@@ -119,9 +120,6 @@ class Decision:
 
 def decide(user: Any, workload_id: str) -> Decision:
     """Who may open ``/nb/<workload_id>/``, and where it goes. Sync: database and backend."""
-    from workloads.models import Workload
-    from workloads.permissions import can_control
-
     if not getattr(user, "is_authenticated", False):
         return Decision("login")
     try:

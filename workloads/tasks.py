@@ -8,6 +8,8 @@ from celery import shared_task
 from scheduling.backends.base import BackendError
 from scheduling.models import Cluster
 from workloads import services
+from workloads.choices import State
+from workloads.models import Workload
 
 
 @shared_task(name="quanta.workloads.admit", acks_late=True)
@@ -67,9 +69,6 @@ def sync_nodes() -> None:
 def follow(workload_id: str, polls: int = 0) -> None:
     """Watch one starting (or stopping) workload closely so its next state shows within a
     second; the periodic reconcile is the safety net."""
-    from workloads.choices import State
-    from workloads.models import Workload
-
     workload = (
         Workload.objects.select_related("cluster", "grant", "flavor").filter(pk=workload_id).first()
     )

@@ -8,6 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from portal.embedded import EmbeddedBeat
+from scheduling.models import Cluster
+from workloads import services
 
 
 class Command(BaseCommand):
@@ -17,9 +19,6 @@ class Command(BaseCommand):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
-        from scheduling.models import Cluster
-        from workloads import services
-
         for cluster in Cluster.objects.exclude(backend="kubernetes"):
             services.sync_nodes(cluster)
         if not settings.REDIS_URL:
