@@ -36,7 +36,7 @@ LAZY: dict[tuple[str, str], str] = {
     ),
 }
 
-# Known violations the lead is fixing on another branch; remove each entry with its fix.
+# Known violations being fixed on another branch (the lead's); remove each entry with its fix.
 PENDING: dict[tuple[str, str], str] = {
     ("scheduling.tasks", "workloads"): (
         "scheduling/tasks.py drives workloads (reconcile, admission): moving up to workloads"
