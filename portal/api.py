@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from rest_framework import serializers, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from portal.models import AuditEvent
-from tenants.choices import ADMIN_ROLES
+from core.models import AuditEvent
 from tenants.permissions import Access
 
 
@@ -53,8 +52,4 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["time"]
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
-        me = Access.of(self.request.user)
-        scope = me.tenant_filter(roles=ADMIN_ROLES, prefix="tenant__")
-        if not me.is_superuser:
-            scope |= Q(actor=self.request.user)
-        return AuditEvent.objects.filter(scope).select_related("actor", "tenant")
+        return AuditEvent.objects.visible_to(Access.of(self.request.user))

@@ -3,6 +3,8 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
+from tenants.permissions import Access
+
 
 def site(request: HttpRequest) -> dict[str, Any]:
     return {
@@ -15,8 +17,6 @@ def site(request: HttpRequest) -> dict[str, Any]:
 
 def _nav(request: HttpRequest) -> dict[str, bool]:
     """Which sections a person's roles open (django-guardian grants included)."""
-    from tenants.permissions import Access
-
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, re_path
 
-from portal.live import LiveConsumer
+from core.live import LiveConsumer
 from workloads.routing import websocket_urlpatterns as notebook_websocket_urlpatterns
 
 websocket_urlpatterns: list[URLPattern] = [

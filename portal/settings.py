@@ -63,11 +63,13 @@ INSTALLED_APPS = [
     "guardian",
     "mozilla_django_oidc",
     "channels",
+    "core",
     "portal",
     "tenants",
     "scheduling",
     "workloads",
     "billing",
+    "console",
 ]
 
 MIDDLEWARE = [

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
 
 M = TypeVar("M", bound=models.Model)

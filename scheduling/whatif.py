@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from scheduling.core.model import Node as CoreNode
 from scheduling.core.policies import POLICIES
 from scheduling.core.replay import arrival_curve, run_arrival, summarize_arrival

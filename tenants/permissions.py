@@ -128,8 +128,13 @@ class Access:
     def managed_tenants(self) -> Q:
         return self.tenant_filter(MANAGING_ROLES)
 
-    def administered_tenants(self) -> Q:
-        return self.tenant_filter(ADMIN_ROLES)
+    def administered_tenants(self, prefix: str = "") -> Q:
+        return self.tenant_filter(ADMIN_ROLES, prefix)
+
+
+def administers_anything(access: Access) -> bool:
+    """An admin somewhere (or a superuser): the console's tenant tree and audit log open."""
+    return access.administers_anything()
 
 
 def _rank(role: str | None) -> float:

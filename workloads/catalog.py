@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from workloads.models import AppTemplate, Flavor, Image
 
 M = TypeVar("M", bound=models.Model)

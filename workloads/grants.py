@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants.choices import TenantKind
 from tenants.models import Tenant
 from tenants.permissions import Access

@@ -31,8 +31,12 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import ConnectionClosed
 
+from core.language import reader_language
 from scheduling.backends.base import Endpoint, Handle
+from scheduling.backends.registry import get_backend
 from workloads.choices import State
+from workloads.models import Workload
+from workloads.permissions import can_control
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +102,6 @@ def endpoint_for(workload: Any) -> Endpoint | None:
 
     The one place the proxy asks a backend; tests point it at a server they start.
     """
-    from scheduling.backends.registry import get_backend
-
     handle = Handle(str(workload.id), dict(workload.backend_state or {}))
     return get_backend(workload.cluster).endpoint(handle)
 
@@ -118,9 +120,6 @@ class Decision:
 
 def decide(user: Any, workload_id: str) -> Decision:
     """Who may open ``/nb/<workload_id>/``, and where it goes. Sync: database and backend."""
-    from workloads.models import Workload
-    from workloads.permissions import can_control
-
     if not getattr(user, "is_authenticated", False):
         return Decision("login")
     try:
@@ -398,9 +397,7 @@ class Page:
     refresh: int | None = None
 
     def render(self, scope: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        from portal.live import _language
-
-        with translation.override(_language(scope, scope.get("user"))):
+        with translation.override(reader_language(scope, scope.get("user"))):
             return page(self.status, self.title, self.text, refresh=self.refresh)
 
 

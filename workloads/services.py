@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from scheduling.models import Cluster
 from workloads import admission
 from workloads.choices import HOLDING, WAITING, State, WorkloadKind

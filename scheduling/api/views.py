@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -63,7 +62,7 @@ class ClusterViewSet(_Audited, viewsets.ModelViewSet):
 
 
 def _devices() -> QuerySet[GpuDevice]:
-    return GpuDevice.objects.annotate(allocated_milli=Coalesce(Sum("allocations__gpu_milli"), 0))
+    return GpuDevice.objects.with_allocated()
 
 
 class NodeViewSet(
@@ -77,16 +76,7 @@ class NodeViewSet(
     queryset = Node.objects.none()
 
     def get_queryset(self) -> QuerySet[Node]:
-        return (
-            Node.objects.filter(gone_at__isnull=True)
-            .select_related("cluster")
-            .annotate(
-                allocated_cpu_milli=Coalesce(Sum("allocations__cpu_milli"), 0),
-                allocated_memory_mib=Coalesce(Sum("allocations__memory_mib"), 0),
-            )
-            .prefetch_related(Prefetch("gpus", queryset=_devices().order_by("index")))
-            .order_by("cluster", "name")
-        )
+        return Node.objects.with_allocations()
 
     def perform_update(self, serializer: s.NodeSerializer) -> None:
         serializer.instance = services.update_node(

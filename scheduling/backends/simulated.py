@@ -29,6 +29,7 @@ from scheduling.backends.base import (
     Phase,
     WorkloadSpec,
 )
+from scheduling.core.trace import load_nodes
 
 DEFAULT_MIX: tuple[Mapping[str, Any], ...] = (
     {
@@ -186,8 +187,6 @@ class SimulatedBackend:
 
     def _load_nodes(self) -> list[NodeInfo]:
         if self.nodes_csv:
-            from scheduling.core.trace import load_nodes
-
             return [
                 NodeInfo(
                     n.name,

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 

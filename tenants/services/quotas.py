@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants import quota as quota_math
 from tenants.models import MemberUsage, Quota, Tenant
 

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants import roster
 from tenants.choices import TenantKind
 from tenants.models import Membership, Tenant

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants.models import ApiToken
 
 TOKEN_PREFIX = "qnt_"

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.audit import record
+from core.audit import record
 from tenants.choices import ALLOWED_PARENT_KINDS, TenantKind
 from tenants.models import Quota, Tenant
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from scheduling.models import Allocation, Cluster, GpuDevice, Node, Queue
 from tenants.models import Quota
 
@@ -141,7 +141,7 @@ def test_the_audit_log_filters_by_action_and_is_scoped_like_the_api(world, signe
 
 
 def test_the_audit_log_is_paginated(world, signed_in) -> None:
-    from portal.audit import record
+    from core.audit import record
 
     for _ in range(60):
         record("test.event", actor=world.root, target=world.school)

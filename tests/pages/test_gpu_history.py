@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
+from console.cluster_views import Interval, allocation_history, gpus_allocated_over_time
 from scheduling.models import Cluster
-from scheduling.views import Interval, allocation_history, gpus_allocated_over_time
 from workloads.choices import State, WorkloadKind
 from workloads.models import Workload
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from workloads.models import AppTemplate, Grant
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from portal.audit import record
+from core.audit import record
 from scheduling.models import Allocation, Cluster, GpuDevice, Node, Queue
 from tenants import services as tenant_services
 from tenants.choices import Role, TenantKind

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from scheduling.backends.base import Phase
 from tenants.models import Membership, MemberUsage
 from workloads import reconcile, services

@@ -25,7 +25,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from portal import live
+from core import live
 from portal.asgi import application
 from scheduling.backends import registry
 from scheduling.backends.base import Handle, LogChunk
@@ -33,6 +33,7 @@ from scheduling.models import Allocation, Cluster, Node
 from tests.marks import requires_redis
 from tests.workloads.fakes import FakeBackend
 from workloads import lifecycle
+from workloads import live as workload_live
 from workloads.choices import State, WorkloadKind
 from workloads.models import Flavor, Workload
 
@@ -87,7 +88,7 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> GrowingOutput:
     fake = GrowingOutput()
     registry.forget()
     monkeypatch.setattr(registry, "_build", lambda cluster: fake)
-    monkeypatch.setattr(live, "LOG_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(workload_live, "LOG_POLL_SECONDS", 0.05)
     return fake
 
 

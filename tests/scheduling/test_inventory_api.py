@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from scheduling.models import Cluster, GpuDevice, Node, Queue
 
 pytestmark = pytest.mark.django_db

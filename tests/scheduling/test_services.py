@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from scheduling import services
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
 

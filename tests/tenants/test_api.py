@@ -3,7 +3,7 @@ dean (admin of the department) and root (superuser) see it."""
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from tenants.models import ApiToken, Membership, Tenant
 
 pytestmark = pytest.mark.django_db

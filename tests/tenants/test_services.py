@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from tenants import services
 from tenants.choices import Role, TenantKind
 from tenants.models import MemberUsage, Tenant

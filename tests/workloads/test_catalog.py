@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from workloads import catalog as services
 from workloads.models import AppTemplate, Flavor, Image
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from scheduling.models import PriorityClass
 from workloads import grants
 from workloads.models import AppTemplate, Grant

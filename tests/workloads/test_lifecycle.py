@@ -334,7 +334,7 @@ def test_an_expired_grant_rejects_what_waits(world, catalog, backend, run) -> No
 def test_a_stop_by_class_staff_is_audited_and_the_owners_own_is_not(
     world, catalog, backend, run
 ) -> None:
-    from portal.models import AuditEvent
+    from core.models import AuditEvent
 
     mine = _running(world, catalog, backend, run)
     run(services.stop, actor=world.bob, workload=mine)
@@ -352,7 +352,7 @@ def test_a_stop_by_class_staff_is_audited_and_the_owners_own_is_not(
 
 
 def test_an_extension_is_audited_and_spent_once(world, catalog, backend, run) -> None:
-    from portal.models import AuditEvent
+    from core.models import AuditEvent
 
     catalog.grant.max_extensions = 1
     catalog.grant.save()

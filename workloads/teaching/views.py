@@ -22,11 +22,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.views import administers_anything
 from tenants import services as tenant_services
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
-from tenants.permissions import Access
+from tenants.permissions import Access, administers_anything
 from workloads import grants, services
 from workloads.models import Grant, Workload
 from workloads.teaching import queries

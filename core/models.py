@@ -1,7 +1,27 @@
 """The audit log: one row for every state change made through a service function."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def visible_to(self, access: Any) -> AuditEventQuerySet:
+        """The events one person reads: those of the tenants they administer, and their own
+        actions; superusers read everything.
+
+        ``access`` answers like ``tenants.permissions.Access`` (``is_superuser``, ``user_id``,
+        ``administered_tenants(prefix)``); it is passed in, not imported, so that the audit
+        log stays below the apps that write to it.
+        """
+        scope = access.administered_tenants(prefix="tenant__")
+        if not access.is_superuser and access.user_id is not None:
+            scope |= Q(actor_id=access.user_id)
+        return self.filter(scope).select_related("actor", "tenant")
 
 
 class AuditEvent(models.Model):
@@ -23,7 +43,10 @@ class AuditEvent(models.Model):
     )
     data = models.JSONField(default=dict, blank=True)
 
+    objects = AuditEventQuerySet.as_manager()
+
     class Meta:
+        db_table = "portal_auditevent"  # created by portal's first migration, kept as it is
         ordering = ["-time", "-id"]
 
     def __str__(self) -> str:

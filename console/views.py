@@ -1,6 +1,6 @@
 """Admin console pages that are not about clusters: the tenant tree with its quotas, the audit
-log and the catalog. The cluster pages (overview, hosts, queues) are in ``scheduling.views``;
-both use the guards defined here.
+log and the catalog. The cluster pages (overview, hosts, queues) are in ``console.cluster_views``;
+both use the guards of ``core.guards``.
 
 Superusers see everything. Tenant admins see the tenant tree and the audit log of the
 subtrees they administer; everybody else gets 403.
@@ -8,57 +8,26 @@ subtrees they administer; everybody else gets 403.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, Model, QuerySet
+from django.db.models import Count, Model
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from portal.api import AuditEventViewSet
-from portal.models import AuditEvent
+from core.guards import console_context, superuser_required
+from core.models import AuditEvent
 from tenants import services as tenant_services
-from tenants.choices import ADMIN_ROLES
 from tenants.models import Quota, Tenant
-from tenants.permissions import Access
+from tenants.permissions import Access, administers_anything
 from workloads.models import AppTemplate, Flavor, Image
 
 AUDIT_PAGE_SIZE = 50
-
-View = Callable[..., HttpResponse]
-
-
-# --- Guards ------------------------------------------------------------------------------------
-
-
-def superuser_required(view: View) -> View:
-    """Signed in (else the sign-in page) and a superuser (else 403)."""
-
-    @functools.wraps(view)
-    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_superuser:
-            raise PermissionDenied(_("Only platform administrators see this page."))
-        return view(request, *args, **kwargs)
-
-    return login_required(guarded)
-
-
-def administers_anything(access: Access) -> bool:
-    return access.is_superuser or any(role in ADMIN_ROLES for role in access.roles.values())
-
-
-def console_context(request: HttpRequest, section: str) -> dict[str, Any]:
-    """What every console page's sub-navigation needs."""
-    return {"section": section, "is_operator": request.user.is_superuser}
 
 
 # --- Tenant tree and quotas --------------------------------------------------------------------
@@ -191,16 +160,12 @@ def quota_edit(request: HttpRequest, slug: str) -> HttpResponse:
 # --- Audit log ---------------------------------------------------------------------------------
 
 
-def audit_events(request: HttpRequest) -> QuerySet[AuditEvent]:
-    """The events the audit API shows this person (one definition of the scope)."""
-    return AuditEventViewSet(request=request, format_kwarg=None).get_queryset()
-
-
 @login_required
 def audit_log(request: HttpRequest) -> HttpResponse:
-    if not administers_anything(Access.of(request.user)):
+    access = Access.of(request.user)
+    if not administers_anything(access):
         raise PermissionDenied(_("Only administrators read the audit log."))
-    events = audit_events(request)
+    events = AuditEvent.objects.visible_to(access)  # as the audit API shows them
     actions = sorted(set(events.order_by().values_list("action", flat=True).distinct()))
     action = request.GET.get("action", "")
     if action:

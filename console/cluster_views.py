@@ -16,8 +16,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,10 +26,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.views import console_context, superuser_required
+from core.guards import console_context, superuser_required
 from scheduling import services
-from scheduling.api.views import _devices
-from scheduling.models import Allocation, Cluster, Node, PriorityClass, Queue
+from scheduling.models import Allocation, Cluster, GpuDevice, Node, PriorityClass, Queue
 from workloads.choices import HOLDING, WAITING
 from workloads.models import Workload
 
@@ -171,7 +169,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     summaries = {c.pk: ClusterSummary(c) for c in clusters}
     uses: dict[tuple[int, str], ModelUse] = {}
     devices = (
-        _devices()
+        GpuDevice.objects.with_allocated()
         .filter(node__gone_at__isnull=True)
         .values_list("node__cluster_id", "model", "allocated_milli")
     )
@@ -232,17 +230,10 @@ def _nodes() -> QuerySet[Node]:
     """Nodes with what is allocated on them, their GPUs with the allocations on each and the
     workloads holding them: a fixed number of queries for any number of nodes."""
     allocations = Allocation.objects.select_related("workload__owner").order_by("workload__name")
-    devices = _devices().order_by("index").prefetch_related(Prefetch("allocations", allocations))
-    return (
-        Node.objects.filter(gone_at__isnull=True)
-        .select_related("cluster")
-        .annotate(
-            allocated_cpu_milli=Coalesce(Sum("allocations__cpu_milli"), 0),
-            allocated_memory_mib=Coalesce(Sum("allocations__memory_mib"), 0),
-        )
-        .prefetch_related(Prefetch("gpus", devices))
-        .order_by("cluster__name", "name")
+    devices = GpuDevice.objects.with_allocated().prefetch_related(
+        Prefetch("allocations", allocations)
     )
+    return Node.objects.with_allocations(devices).order_by("cluster__name", "name")
 
 
 def _percent(part: float, whole: float) -> int:

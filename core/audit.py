@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import models
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 
 
 def record(

@@ -15,9 +15,12 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling import demo as scheduling_demo
+from scheduling.inventory import sync_backend_nodes
 from tenants import services
 from tenants.choices import Role, TenantKind
 from tenants.models import Membership, Tenant
+from workloads import demo as workloads_demo
 
 User = get_user_model()
 
@@ -139,10 +142,6 @@ class Command(BaseCommand):
 
     def _seed_catalog(self) -> None:
         """Clusters and the catalog: each app seeds its own part."""
-        from scheduling import demo as scheduling_demo
-        from scheduling.inventory import sync_backend_nodes
-        from workloads import demo as workloads_demo
-
         admin = User.objects.get(username="admin")
         sync_backend_nodes(scheduling_demo.seed())
         sync_backend_nodes(scheduling_demo.seed_simulated())
