@@ -120,9 +120,10 @@ def apply(workload: Workload, observation: Observation) -> None:
     if not observation.reason or observation.phase not in (Phase.PENDING, Phase.STARTING):
         return
     workload.refresh_from_db(fields=["state", "reason"])
-    restarting = workload.state == State.RUNNING and observation.reason.startswith("restarting")
-    if (workload.state == State.STARTING and workload.reason != observation.reason) or restarting:
-        transition(workload, State.STARTING, reason=observation.reason)
+    reason = observation.reason
+    restarting = workload.state == State.RUNNING and reason.code.startswith("restarting")
+    if (workload.state == State.STARTING and workload.reason != reason.text()) or restarting:
+        transition(workload, State.STARTING, reason=reason)
 
 
 @shared_task(name="quanta.cluster.kubernetes_resync", acks_late=True)
