@@ -17,6 +17,7 @@ topic                      who may subscribe                  events
 
 A ``workload.state`` event (and each item of a workload snapshot) is the workload as the API
 shows it: ``id``, ``state`` (plus ``state_label`` in the reader's language), ``reason``,
+``reason_code``, ``reason_params`` (plus ``reason_text`` from those in the reader's language),
 ``open_url``, ``owner``, ``tenant``, ``updated_at``; pages keep the newest by ``updated_at``.
 A logs snapshot carries the end of the output (``text``, ``truncated``) and where it stops
 (``offset``, ``attempt``); a page that reconnects subscribes with that ``offset`` and
@@ -63,6 +64,7 @@ from workloads.api.serializers import WorkloadSerializer
 from workloads.choices import TERMINAL, State
 from workloads.models import Workload
 from workloads.permissions import can_control
+from workloads.reasons import render_for
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +114,17 @@ class WorkloadStateSerializer(WorkloadSerializer):
     """A workload's state as the API shows it (``open_url`` and all), and no more."""
 
     class Meta(WorkloadSerializer.Meta):
-        fields = ["id", "state", "reason", "open_url", "owner", "tenant", "updated_at"]
+        fields = [
+            "id",
+            "state",
+            "reason",
+            "reason_code",
+            "reason_params",
+            "open_url",
+            "owner",
+            "tenant",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -436,7 +448,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         label = _state_label(self.language, item.get("state"))
         labelled = item if label is None else {**item, "state_label": label}
         if item.get("reason"):
-            labelled = {**labelled, "reason_text": _reason_text(self.language, item["reason"])}
+            labelled = {**labelled, "reason_text": render_for(item, self.language)}
         return labelled
 
     # -- logs ---------------------------------------------------------------------------------
@@ -526,14 +538,6 @@ def _state_label(language: str, state: Any) -> str | None:
         return None
     with translation.override(language):
         return str(label)
-
-
-@functools.lru_cache(maxsize=1024)
-def _reason_text(language: str, reason: str) -> str:
-    from workloads.reasons import translate
-
-    with translation.override(language):
-        return translate(reason)
 
 
 def _language(scope: dict[str, Any], user: Any) -> str:

@@ -44,6 +44,7 @@ from scheduling.models import Allocation, Cluster, GpuDevice, Node
 from scheduling.placement import FreeDevice, FreeNode
 from tenants.models import Membership, Tenant
 from tenants.quota import Request
+from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, State, WorkloadKind
 from workloads.lifecycle import note, transition
 from workloads.models import AppTemplate, Flavor, Grant, Workload
@@ -134,7 +135,7 @@ def launch_environment(
             idle_timeout_minutes=grant.idle_timeout_minutes,
             priority=grant.priority_class.value if grant.priority_class else 0,
         )
-        note(workload, f"launched {template.name} with {flavor.name}", actor=actor)
+        note(workload, R.LAUNCHED(template=template.name, flavor=flavor.name), actor=actor)
         _after_commit_admit(workload)
     return workload
 
@@ -223,7 +224,7 @@ def submit_job(
             max_retries=max_retries,
             priority=grant.priority_class.value if grant.priority_class else 0,
         )
-        note(workload, f"submitted: {shlex.join(argv)[:200]} × {workers}", actor=actor)
+        note(workload, R.SUBMITTED(command=f"{shlex.join(argv)[:200]} × {workers}"), actor=actor)
         _after_commit_admit(workload)
     return workload
 
@@ -387,10 +388,9 @@ def submit(workload_id: str) -> None:
     Workload.objects.filter(pk=workload.pk, state=State.STARTING).update(backend_state=handle.state)
 
 
-def stop(*, actor: Any, workload: Workload, reason: str = "") -> bool:
+def stop(*, actor: Any, workload: Workload, reason: R.Reason | str = "") -> bool:
     """Stop a workload: a waiting one at once, a running one through its backend."""
-    who = getattr(actor, "username", None) or "the portal"
-    reason = reason or f"stopped by {who}"
+    reason = reason or R.stopped_by(actor)
     if workload.state in WAITING:
         return transition(workload, State.STOPPED, actor=actor, reason=reason)
     if not transition(workload, State.STOPPING, actor=actor, reason=reason):
@@ -429,7 +429,7 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
         deadline_at=deadline, extensions=workload.extensions + 1
     )
     workload.deadline_at, workload.extensions = deadline, workload.extensions + 1
-    note(workload, f"extended until {timezone.localtime(deadline):%H:%M}", actor=actor)
+    note(workload, R.EXTENDED_UNTIL(time=f"{timezone.localtime(deadline):%H:%M}"), actor=actor)
     return deadline
 
 
@@ -470,10 +470,10 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
         deadline = None
         if workload.kind == WorkloadKind.NOTEBOOK and workload.grant:
             deadline = timezone.now() + dt.timedelta(minutes=workload.grant.max_duration_minutes)
-        transition(workload, State.RUNNING, reason=obs.reason or "running", deadline_at=deadline)
+        transition(workload, State.RUNNING, reason=obs.reason or R.RUNNING(), deadline_at=deadline)
     elif obs.phase == Phase.SUCCEEDED:
         transition(
-            workload, State.SUCCEEDED, reason=obs.reason or "finished", exit_code=obs.exit_code
+            workload, State.SUCCEEDED, reason=obs.reason or R.FINISHED(), exit_code=obs.exit_code
         )
     elif obs.phase == Phase.FAILED:
         if (
@@ -484,13 +484,15 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
             _retry(workload, obs)
         else:
             transition(
-                workload, State.FAILED, reason=obs.reason or "failed", exit_code=obs.exit_code
+                workload, State.FAILED, reason=obs.reason or R.FAILED(), exit_code=obs.exit_code
             )
     elif obs.phase == Phase.STOPPED:
         transition(
             workload,
             State.STOPPED,
-            reason=workload.reason if state == State.STOPPING else "stopped outside the portal",
+            reason=(R.reason_of(workload) or "")
+            if state == State.STOPPING
+            else R.STOPPED_OUTSIDE(),
         )
     elif obs.phase == Phase.UNKNOWN and state == State.STARTING:
         # Admitted but never handed over (a worker died between the two): hand it over again.
@@ -501,18 +503,15 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
             tasks.submit.delay(str(workload.pk))
     elif obs.phase == Phase.UNKNOWN:
         if state == State.STOPPING:
-            transition(workload, State.STOPPED, reason=workload.reason)
+            transition(workload, State.STOPPED, reason=R.reason_of(workload) or "")
         else:
-            transition(
-                workload, State.FAILED, reason="lost: the cluster no longer knows this workload"
-            )
+            transition(workload, State.FAILED, reason=R.LOST())
 
 
 def _retry(workload: Workload, obs: Observation) -> None:
     attempt = workload.attempt + 1
-    reason = (
-        f"restarting after a failure ({obs.reason or 'failed'}): attempt {attempt + 1} "
-        f"of {workload.max_retries + 1}"
+    reason = R.RESTARTING_AFTER_FAILURE(
+        why=obs.reason or R.FAILED(), a=attempt + 1, b=workload.max_retries + 1
     )
     was = workload.state
     if transition(workload, State.STARTING, reason=reason, attempt=attempt):
@@ -535,7 +534,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
             if stop(
                 actor=None,
                 workload=workload,
-                reason=f"reached its maximum duration ({minutes} minutes)",
+                reason=R.MAX_DURATION(n=minutes),
             ):
                 stopped.append(str(workload.pk))
             continue
@@ -548,7 +547,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
             if stop(
                 actor=None,
                 workload=workload,
-                reason=f"idle for {workload.idle_timeout_minutes} minutes",
+                reason=R.IDLE_FOR(n=workload.idle_timeout_minutes),
             ):
                 stopped.append(str(workload.pk))
         elif idle >= limit - IDLE_WARNING and (
@@ -556,7 +555,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
         ):
             left = max(1, int((limit - idle).total_seconds() // 60))
             Workload.objects.filter(pk=workload.pk).update(idle_warned_at=now)
-            note(workload, f"idle: stops in {left} minutes unless used")
+            note(workload, R.IDLE_WARNING(n=left))
     return stopped
 
 
@@ -567,7 +566,7 @@ def expire_grants(today: dt.date | None = None) -> int:
     for workload in Workload.objects.filter(
         state__in=(*WAITING, State.STARTING, State.RUNNING), grant__expires_on__lt=today
     ):
-        reason = f"the grant expired on {workload.grant.expires_on}"  # type: ignore[union-attr]
+        reason = R.GRANT_EXPIRED(date=str(workload.grant.expires_on))  # type: ignore[union-attr]
         if workload.state in WAITING:
             ended += transition(workload, State.REJECTED, reason=reason)
         else:
