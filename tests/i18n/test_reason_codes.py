@@ -251,3 +251,18 @@ def test_a_plain_string_is_stored_as_text_and_an_old_row_reads_as_it_is(world, c
         {"text": "image quanta/x not found"},
         "image quanta/x not found",
     )
+
+
+@pytest.mark.django_db
+def test_live_status_renders_the_reason_from_code_and_params(world, catalog, backend, run) -> None:
+    from portal.live import workload_state
+
+    world.quota(world.class_a, gpus=Decimal(1))
+    run(services.launch_environment, actor=world.bob, template=catalog.jupyter, flavor=catalog.gpu)
+    second = run(
+        services.launch_environment, actor=world.bob, template=catalog.jupyter, flavor=catalog.gpu
+    )
+    item = workload_state(Workload.objects.select_related("owner", "tenant").get(pk=second.pk))
+    assert item["reason_code"] == "waiting_for_quota"
+    assert W.render_for(item, "zh-hans") == "等待配额：班级 ML-101：GPU 已用 1 / 1（申请 1）"
+    assert W.render_for(item, "en") == item["reason"]
