@@ -350,8 +350,8 @@ def _levels(quotas: list[Quota], usage: dict[int, MemberUsage]) -> list[quota_ma
         levels.append(
             quota_math.Level(
                 tenant=q.tenant.name,
-                # The kind's value, not its label: refusals become reasons, kept in English
-                # whatever language the request came in (reasons.py translates them).
+                # The kind's value, not its label: a refusal's reason carries the value as a
+                # word parameter (tenants/reasons.py), rendered in the reader's language.
                 kind=str(q.tenant.kind),
                 limits={name: getattr(q, name) for name in quota_math.RESOURCES},
                 used={name: getattr(q, f"used_{name}") for name in quota_math.RESOURCES},
