@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.reasons import Reason
+from scheduling import reasons as R
 from scheduling.backends.base import Resources
 from scheduling.core.cluster import Allocation as CoreAllocation
 from scheduling.core.cluster import Cluster as CoreCluster
@@ -55,7 +57,7 @@ class TaskSlot:
 @dataclass(frozen=True)
 class Placement:
     tasks: tuple[TaskSlot, ...] = ()
-    reason: str = ""  # why nothing was placed
+    reason: Reason | None = None  # why nothing was placed
     permanent: bool = False  # waiting cannot help
 
     @property
@@ -119,10 +121,10 @@ def _core_cluster(nodes: Sequence[FreeNode]) -> CoreCluster:
     return cluster
 
 
-def too_big(nodes: Sequence[FreeNode], res: Resources) -> str:
-    """Why no node could ever hold one task, or "" if some node could (when empty)."""
+def too_big(nodes: Sequence[FreeNode], res: Resources) -> Reason | None:
+    """Why no node could ever hold one task, or None if some node could (when empty)."""
     if not nodes:
-        return "this cluster has no nodes"
+        return R.NO_NODES()
     empty = [
         FreeNode(
             n.node_id,
@@ -140,32 +142,23 @@ def too_big(nodes: Sequence[FreeNode], res: Resources) -> str:
         for n in nodes
     ]
     if any(_fit(n, res) for n in empty):
-        return ""
+        return None
     largest_cpu = max(n.cpu_milli for n in nodes)
     largest_mem = max(n.memory_mib for n in nodes)
     if res.cpu_milli > largest_cpu:
-        return (
-            f"bigger than any node: asks {res.cpu_milli / 1000:g} CPU cores, the largest "
-            f"node has {largest_cpu / 1000:g}"
-        )
+        return R.TOO_BIG_CPU(n=f"{res.cpu_milli / 1000:g}", m=f"{largest_cpu / 1000:g}")
     if res.memory_mib > largest_mem:
-        return (
-            f"bigger than any node: asks {res.memory_mib} MiB of memory, the largest node "
-            f"has {largest_mem}"
-        )
+        return R.TOO_BIG_MEMORY(n=res.memory_mib, m=largest_mem)
     if res.gpus or res.gpu_milli:
         matching = [d for n in nodes for d in n.devices if _model_ok(d, res)]
         if not matching:
-            return ""  # no such GPU at all now: GPUs may be added, so the caller queues
+            return None  # no such GPU at all now: GPUs may be added, so the caller queues
         most = max(sum(1 for d in n.devices if _model_ok(d, res)) for n in nodes)
         if res.gpus > most:
-            return f"bigger than any node: asks {res.gpus} GPUs on one node, the most is {most}"
+            return R.TOO_BIG_GPUS(n=res.gpus, m=most)
         if res.gpu_memory_mib > max(d.memory_mib for d in matching):
-            return (
-                f"bigger than any GPU: asks {res.gpu_memory_mib} MiB of GPU memory, the "
-                f"largest GPU has {max(d.memory_mib for d in matching)}"
-            )
-    return ""
+            return R.TOO_BIG_GPU_MEMORY(n=res.gpu_memory_mib, m=max(d.memory_mib for d in matching))
+    return None
 
 
 def place(
@@ -178,7 +171,7 @@ def place(
     """Place ``workers`` tasks of ``res`` each, all or none, with the scheduler core's
     ``policy``; ``recent`` is the recent workload mix (FGD estimates fragmentation from it)."""
     reason = too_big(nodes, res)
-    if reason:
+    if reason is not None:
         return Placement(reason=reason, permanent=True)
     milli = share_milli(res, nodes) if res.gpu_milli else 1000
     cluster = _core_cluster(nodes)
@@ -228,24 +221,21 @@ def _core_task(name: str, res: Resources, milli: int) -> TaskRequest:
     )
 
 
-def _why_waiting(nodes: Sequence[FreeNode], res: Resources, workers: int, fitted: int) -> str:
+def _why_waiting(nodes: Sequence[FreeNode], res: Resources, workers: int, fitted: int) -> Reason:
     if workers > 1 and fitted:
-        return f"waiting for all {workers} workers of the gang to fit ({fitted} fit now)"
+        return R.GANG_WAITING(n=workers, m=fitted)
     if res.gpus or res.gpu_milli:
-        models = " or ".join(res.gpu_models) if res.gpu_models else ""
+        models = " or ".join(res.gpu_models) + " " if res.gpu_models else ""
         if not any(_model_ok(d, res) for n in nodes for d in n.devices):
-            what = f"{models} GPU" if models else "GPU"
-            return f"waiting for capacity: this cluster has no {what} right now"
+            return R.NO_SUCH_GPU(what=models)
         what = (
-            f"{res.gpus} free {models + ' ' if models else ''}GPU{'s' if res.gpus > 1 else ''}"
+            R.FREE_GPUS(n=res.gpus, models=models)
             if res.gpus
-            else (
-                f"a {models + ' ' if models else ''}GPU with {res.gpu_milli / 10:g}% compute and "
-                f"{res.gpu_memory_mib} MiB free"
+            else R.FREE_GPU_SHARE(
+                models=models, pct=f"{res.gpu_milli / 10:g}", mib=res.gpu_memory_mib
             )
         )
-        return f"waiting for capacity: no node has {what} now"
-    return (
-        f"waiting for capacity: no node has {res.cpu_milli / 1000:g} CPU cores and "
-        f"{res.memory_mib} MiB of memory free now"
+        return R.NO_CAPACITY(what=what)
+    return R.NO_CAPACITY(
+        what=R.FREE_CPU_MEMORY(cores=f"{res.cpu_milli / 1000:g}", mib=res.memory_mib)
     )

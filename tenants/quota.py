@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from core.reasons import Reason
+from tenants import reasons as R
+
 # The resources a quota limits, with the words used in messages.
 RESOURCES: dict[str, str] = {
     "gpus": "GPUs",
@@ -86,24 +89,20 @@ class Refusal:
         return self.limit - self.used
 
     @property
-    def message(self) -> str:
-        where = f"{self.kind} {self.tenant}"
+    def reason(self) -> Reason:
+        """Why, as a reason code with its numbers (``tenants.reasons``)."""
+        common = {"kind": self.kind, "tenant": self.tenant}
+        numbers = {"used": _fmt(self.used), "limit": _fmt(self.limit)}
         if self.resource == "gpu_hours":
-            who = "your " if self.per_member else ""
-            return (
-                f"{where}: {who}GPU-hours for this term are used up "
-                f"({_fmt(self.used)} of {_fmt(self.limit)})"
-            )
-        label = RESOURCES[self.resource]
-        if self.per_member:
-            return (
-                f"{where}: you use {_fmt(self.used)} of your {_fmt(self.limit)} {label} "
-                f"(asked for {_fmt(self.requested)})"
-            )
-        return (
-            f"{where}: {_fmt(self.used)} of {_fmt(self.limit)} {label} in use "
-            f"(asked for {_fmt(self.requested)})"
-        )
+            code = R.MEMBER_GPU_HOURS_USED_UP if self.per_member else R.GPU_HOURS_USED_UP
+            return code(**common, **numbers)
+        code = R.MEMBER_QUOTA_EXHAUSTED if self.per_member else R.QUOTA_EXHAUSTED
+        return code(**common, **numbers, what=self.resource, asked=_fmt(self.requested))
+
+    @property
+    def message(self) -> str:
+        """The reason in English."""
+        return self.reason.text()
 
 
 def refusals(request: Request, chain: Sequence[Level]) -> list[Refusal]:

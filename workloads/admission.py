@@ -39,6 +39,7 @@ from scheduling.models import Queue as QueueRow
 from scheduling.placement import FreeDevice, FreeNode, place, share_milli, too_big
 from tenants import services as tenant_services
 from tenants.models import Tenant
+from workloads import reasons as R
 from workloads import windows
 from workloads.choices import HOLDING, WAITING, AppKind, State
 from workloads.lifecycle import transition
@@ -56,7 +57,7 @@ class Eviction:
     """Running work the session takes resources back from, and what its owner reads."""
 
     workload: Workload
-    reason: str
+    reason: R.Reason
 
 
 @dataclass
@@ -133,7 +134,7 @@ def schedule(cluster: Cluster) -> Decisions:
             reason = _why_waiting(
                 candidate,
                 nodes,
-                decision.waiting.get(key, ""),
+                decision.waiting.get(key),
                 key in placed,
                 resources_for(workload.flavor),
             )
@@ -148,17 +149,14 @@ def _screen(workload: Workload, cluster: Cluster, nodes: list[FreeNode]) -> bool
         transition(
             workload,
             State.REJECTED,
-            reason=(
-                f"{template.get_kind_display()} needs a Kubernetes cluster; "
-                f"{cluster.name} runs JupyterLab, terminals and TensorBoard"
-            ),
+            reason=R.NEEDS_KUBERNETES(app=template.kind, cluster=cluster.name),
         )
         return False
     if grant is not None and grant.expires_on and grant.expires_on < timezone.localdate():
         transition(
             workload,
             State.REJECTED,
-            reason=f"the grant for {grant.template} expired on {grant.expires_on}",
+            reason=R.GRANT_FOR_EXPIRED(template=str(grant.template), date=str(grant.expires_on)),
         )
         return False
     res = resources_for(workload.flavor)
@@ -175,14 +173,14 @@ def _screen(workload: Workload, cluster: Cluster, nodes: list[FreeNode]) -> bool
         transition(
             workload,
             State.QUEUED,
-            reason=(f"waiting for the grant's time window ({windows.describe(grant.windows)})"),
+            reason=R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)),
         )
         return False
     refusal = tenant_services.check_quota(
         tenant=workload.tenant, user=workload.owner, request=quota_request_for(workload)
     )
     if refusal is not None:
-        transition(workload, State.QUEUED, reason=f"waiting for quota: {refusal.message}")
+        transition(workload, State.QUEUED, reason=R.WAITING_FOR_QUOTA(why=refusal.reason))
         return False
     return True
 
@@ -212,7 +210,7 @@ def _candidate(
 ) -> _Candidate | None:
     name = queue_of(workload.tenant) or DEFAULT_QUEUE
     if not queues.get(name, (None, True))[1]:
-        transition(workload, State.QUEUED, reason=f"waiting: queue {name} is closed")
+        transition(workload, State.QUEUED, reason=R.WAITING(why=R.QUEUE_CLOSED(queue=name)))
         return None
     res = resources_for(workload.flavor)
     milli = share_milli(res, nodes) if res.gpu_milli else 1000
@@ -323,7 +321,7 @@ def _running(
 
 def _evictions(evictions: Iterable[object]) -> list[Eviction]:
     """The workloads the session took resources back from (once per workload)."""
-    found: dict[str, str] = {}
+    found: dict[str, R.Reason] = {}
     for eviction in evictions:
         job, reason = eviction.job, eviction.reason  # type: ignore[attr-defined]
         found.setdefault(job, reason)
@@ -348,7 +346,7 @@ def _start(
     try:
         tenant_services.reserve(tenant=workload.tenant, user=workload.owner, request=request)
     except tenant_services.QuotaExceeded as exc:
-        transition(workload, State.QUEUED, reason=f"waiting for quota: {exc.refusal.message}")
+        transition(workload, State.QUEUED, reason=R.WAITING_FOR_QUOTA(why=exc.refusal.reason))
         return True  # decided
     rows = []
     for task, (node_name, devices) in enumerate(slots):
@@ -386,18 +384,26 @@ def _start(
     charged = {k: str(v) for k, v in vars(request).items()}
     where = ", ".join(sorted({node for node, _ in slots}))
     transition(
-        workload, State.STARTING, reason=f"starting on {where}", quota_request=charged, charged=True
+        workload,
+        State.STARTING,
+        reason=R.STARTING_ON(nodes=where),
+        quota_request=charged,
+        charged=True,
     )
     return True
 
 
 def _why_waiting(
-    candidate: _Candidate, nodes: list[FreeNode], session_reason: str, evicting: bool, res: object
-) -> str:
+    candidate: _Candidate,
+    nodes: list[FreeNode],
+    session_reason: R.Reason | None,
+    evicting: bool,
+    res: object,
+) -> R.Reason | None:
     if evicting:
-        return "waiting for preempted work to stop"
-    if session_reason.startswith("queue "):
-        return f"waiting: {session_reason}"
+        return R.WAITING_FOR_PREEMPTED()
+    if session_reason is not None and session_reason.code.startswith("queue_"):
+        return R.WAITING(why=session_reason)
     workload = candidate.workload
     placement = place(
         nodes,
@@ -407,13 +413,13 @@ def _why_waiting(
     )
     if not placement.placed:
         return placement.reason
-    return f"waiting: {session_reason}" if session_reason else "waiting for its turn"
+    return R.WAITING(why=session_reason) if session_reason else R.WAITING_FOR_TURN()
 
 
-def _eviction_reason(session_reason: str) -> str:
+def _eviction_reason(session_reason: R.Reason) -> R.Reason:
     """What the evicted person reads (the session names the other job by its id)."""
-    if session_reason.startswith("preempted"):
-        return "preempted by higher-priority work in the same queue"
-    if session_reason.startswith("reclaimed"):
-        return "reclaimed: another queue is below its fair share of the cluster"
+    if session_reason.code == "preempted_for":
+        return R.PREEMPTED()
+    if session_reason.code == "reclaimed_for":
+        return R.RECLAIMED()
     return session_reason

@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 
 from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
+from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, WorkloadKind
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
@@ -108,7 +109,9 @@ def launch_environment(
             idle_timeout_minutes=grant.idle_timeout_minutes,
             priority=grant.priority_class.value if grant.priority_class else 0,
         )
-        created(workload, actor=actor, reason=f"launched {template.name} with {flavor.name}")
+        created(
+            workload, actor=actor, reason=R.LAUNCHED(template=template.name, flavor=flavor.name)
+        )
     return workload
 
 
@@ -196,5 +199,9 @@ def submit_job(
             max_retries=max_retries,
             priority=grant.priority_class.value if grant.priority_class else 0,
         )
-        created(workload, actor=actor, reason=f"submitted: {shlex.join(argv)[:200]} × {workers}")
+        created(
+            workload,
+            actor=actor,
+            reason=R.SUBMITTED(command=f"{shlex.join(argv)[:200]} × {workers}"),
+        )
     return workload

@@ -18,10 +18,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core.reasons import Reason
 from scheduling.models import Allocation
 from tenants import services as tenant_services
 from workloads.choices import TERMINAL, TRANSITIONS, State
 from workloads.models import Workload, WorkloadEvent
+from workloads.reasons import stored
 from workloads.specs import charged_request
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ def transition(
     to: str,
     *,
     actor: Any = None,
-    reason: str = "",
+    reason: Reason | str = "",
     **fields: Any,
 ) -> bool:
     """Move ``workload`` to ``to`` if its current state allows; True if it moved.
@@ -62,7 +64,10 @@ def transition(
     ``fields`` are saved with the move (``exit_code``, ``backend_state``, …). Moving a
     workload to the state it is already in only updates the reason (a queued workload's
     reason changes as the cause of waiting does), without an event when nothing changed.
+    ``reason`` (``workloads.reasons``; a plain str is stored as code ``text``) is stored as its
+    code, its parameters and its English text.
     """
+    code, params, text = stored(reason)
     allowed = TRANSITIONS[to]
     now = timezone.now()
     pk = workload.pk if isinstance(workload, Workload) else workload
@@ -72,9 +77,17 @@ def transition(
         if before not in allowed:
             logger.info("workload %s: %s → %s refused (from %s)", pk, before, to, before)
             return False
-        if before == to and current.reason == reason and not fields:
+        same = (current.reason_code, current.reason_params, current.reason) == (code, params, text)
+        if before == to and same and not fields:
             return False
-        updates: dict[str, Any] = {"state": to, "reason": reason[:500], "updated_at": now, **fields}
+        updates: dict[str, Any] = {
+            "state": to,
+            "reason": text,
+            "reason_code": code,
+            "reason_params": params,
+            "updated_at": now,
+            **fields,
+        }
         if to == State.RUNNING and current.started_at is None:
             updates["started_at"] = now
         if to in TERMINAL:
@@ -90,7 +103,9 @@ def transition(
                 from_state=before,
                 to_state=to,
                 actor=actor if getattr(actor, "pk", None) else None,
-                reason=reason[:500],
+                reason=text,
+                reason_code=code,
+                reason_params=params,
             )
         if to in TERMINAL:
             _give_back(current)
@@ -101,20 +116,23 @@ def transition(
     return True
 
 
-def created(workload: Workload, *, actor: Any = None, reason: str = "") -> None:
+def created(workload: Workload, *, actor: Any = None, reason: Reason | str = "") -> None:
     """Announce a workload just created in ``Pending`` (listeners admit it after commit),
     with the first event of its timeline."""
     note(workload, reason, actor=actor)
     _announce(Transition(workload, "", workload.state))
 
 
-def note(workload: Workload, reason: str, *, actor: Any = None) -> WorkloadEvent:
+def note(workload: Workload, reason: Reason | str, *, actor: Any = None) -> WorkloadEvent:
     """An event without a state change (an idle warning, an extension)."""
+    code, params, text = stored(reason)
     return WorkloadEvent.objects.create(
         workload=workload,
         from_state=workload.state,
         to_state=workload.state,
-        reason=reason[:500],
+        reason=text,
+        reason_code=code,
+        reason_params=params,
         actor=actor if getattr(actor, "pk", None) else None,
     )
 

@@ -39,7 +39,7 @@ from workloads.choices import HOLDING, TERMINAL, State
 from workloads.lifecycle import Transition
 from workloads.models import Workload
 from workloads.permissions import can_control
-from workloads.reasons import translate
+from workloads.reasons import render_for
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,17 @@ class WorkloadStateSerializer(WorkloadSerializer):
     """A workload's state as the API shows it (``open_url`` and all), and no more."""
 
     class Meta(WorkloadSerializer.Meta):
-        fields = ["id", "state", "reason", "open_url", "owner", "tenant", "updated_at"]
+        fields = [
+            "id",
+            "state",
+            "reason",
+            "reason_code",
+            "reason_params",
+            "open_url",
+            "owner",
+            "tenant",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -79,7 +89,7 @@ def labelled(language: str, item: dict[str, Any]) -> dict[str, Any]:
     label = _state_label(language, item.get("state"))
     result = item if label is None else {**item, "state_label": label}
     if item.get("reason"):
-        result = {**result, "reason_text": _reason_text(language, item["reason"])}
+        result = {**result, "reason_text": render_for(item, language)}
     return result
 
 
@@ -91,12 +101,6 @@ def _state_label(language: str, state: Any) -> str | None:
         return None
     with translation.override(language):
         return str(label)
-
-
-@functools.lru_cache(maxsize=1024)
-def _reason_text(language: str, reason: str) -> str:
-    with translation.override(language):
-        return translate(reason)
 
 
 # --- Broadcast after commit ------------------------------------------------------------------

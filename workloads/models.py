@@ -212,7 +212,10 @@ class Workload(models.Model):
     state = models.CharField(
         max_length=16, choices=State.choices, default=State.PENDING, db_index=True
     )
-    reason = models.CharField(max_length=500, blank=True)
+    reason = models.CharField(max_length=500, blank=True)  # in English, for API and audit
+    # The reason as a code with parameters (core.reasons), rendered in the reader's language.
+    reason_code = models.CharField(max_length=64, blank=True)
+    reason_params = models.JSONField(default=dict, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -264,7 +267,9 @@ class WorkloadEvent(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
-    reason = models.CharField(max_length=500, blank=True)
+    reason = models.CharField(max_length=500, blank=True)  # in English
+    reason_code = models.CharField(max_length=64, blank=True)
+    reason_params = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["time", "id"]

@@ -20,6 +20,7 @@ from scheduling.placement import FreeNode, place
 from tenants import quota as quota_math
 from tenants import services as tenant_services
 from tenants.models import Tenant
+from workloads import reasons as R
 from workloads import windows
 from workloads.choices import HOLDING
 from workloads.launch import default_cluster
@@ -30,7 +31,7 @@ from workloads.specs import resources_for
 @dataclass
 class Outlook:
     starts_now: bool
-    reason: str = ""  # why it would wait, or why it can never start
+    reason: R.Reason | None = None  # why it would wait, or why it can never start
     never: bool = False  # bigger than any node: waiting cannot help
     wait_minutes: int | None = None  # a rough estimate; None: cannot say
     free_gpus: Decimal = Decimal(0)  # whole-GPU equivalents free on the cluster now
@@ -121,7 +122,7 @@ def _one(
     if not windows.is_open(grant.windows):
         return Outlook(
             False,
-            f"waiting for the grant's time window ({windows.describe(grant.windows)})",
+            R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)),
             **common,
         )
     placement = place(view.nodes, resources_for(flavor), 1, cluster.placement_policy)
@@ -129,7 +130,7 @@ def _one(
         return Outlook(False, placement.reason, never=True, **common)
     refusal = quota_math.check(request, levels)
     if refusal is not None:
-        return Outlook(False, f"waiting for quota: {refusal.message}", **common)
+        return Outlook(False, R.WAITING_FOR_QUOTA(why=refusal.reason), **common)
     if not placement.placed:
         wait = None
         if view.next_free is not None:

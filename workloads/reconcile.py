@@ -31,6 +31,7 @@ from django.utils import timezone
 from scheduling.backends.base import BackendError, Handle, Observation, Phase
 from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
+from workloads import reasons as R
 from workloads.choices import ACTIVE, HOLDING, State, WorkloadKind
 from workloads.lifecycle import note, transition
 from workloads.models import Workload
@@ -174,12 +175,12 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
         deadline = None
         if workload.kind == WorkloadKind.NOTEBOOK and workload.grant:
             deadline = timezone.now() + dt.timedelta(minutes=workload.grant.max_duration_minutes)
-        transition(workload, State.RUNNING, reason=obs.reason or "running", deadline_at=deadline)
+        transition(workload, State.RUNNING, reason=obs.reason or R.RUNNING(), deadline_at=deadline)
     elif obs.phase in (Phase.PENDING, Phase.STARTING) and obs.reason:
         _starting_reason(workload, obs)
     elif obs.phase == Phase.SUCCEEDED:
         transition(
-            workload, State.SUCCEEDED, reason=obs.reason or "finished", exit_code=obs.exit_code
+            workload, State.SUCCEEDED, reason=obs.reason or R.FINISHED(), exit_code=obs.exit_code
         )
     elif obs.phase == Phase.FAILED:
         if (
@@ -190,13 +191,15 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
             _retry(workload, obs)
         else:
             transition(
-                workload, State.FAILED, reason=obs.reason or "failed", exit_code=obs.exit_code
+                workload, State.FAILED, reason=obs.reason or R.FAILED(), exit_code=obs.exit_code
             )
     elif obs.phase == Phase.STOPPED:
         transition(
             workload,
             State.STOPPED,
-            reason=workload.reason if state == State.STOPPING else "stopped outside the portal",
+            reason=(R.reason_of(workload) or "")
+            if state == State.STOPPING
+            else R.STOPPED_OUTSIDE(),
         )
     elif obs.phase == Phase.UNKNOWN and state == State.STARTING:
         # Admitted but never handed over (a worker died between the two): hand it over again.
@@ -208,27 +211,27 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
                 logger.warning("submit of %s failed: %s", workload.pk, exc)
     elif obs.phase == Phase.UNKNOWN:
         if state == State.STOPPING:
-            transition(workload, State.STOPPED, reason=workload.reason)
+            transition(workload, State.STOPPED, reason=R.reason_of(workload) or "")
         else:
-            transition(
-                workload, State.FAILED, reason="lost: the cluster no longer knows this workload"
-            )
+            transition(workload, State.FAILED, reason=R.LOST())
 
 
 def _starting_reason(workload: Workload, obs: Observation) -> None:
     """What a starting workload waits for now (the cluster's queue, an image pull), and a
     running one that its backend restarts in place (``retries_by: volcano``)."""
-    restarting = workload.state == State.RUNNING and obs.reason.startswith("restarting")
-    if (workload.state == State.STARTING and workload.reason != obs.reason) or restarting:
-        transition(workload, State.STARTING, reason=obs.reason)
+    reason = obs.reason
+    if reason is None:
+        return
+    restarting = workload.state == State.RUNNING and reason.code.startswith("restarting")
+    if (workload.state == State.STARTING and workload.reason != reason.text()) or restarting:
+        transition(workload, State.STARTING, reason=reason)
 
 
 def _retry(workload: Workload, obs: Observation) -> None:
     """A new attempt of a failed job: back to Starting (the dispatcher submits it)."""
     attempt = workload.attempt + 1
-    reason = (
-        f"restarting after a failure ({obs.reason or 'failed'}): attempt {attempt + 1} "
-        f"of {workload.max_retries + 1}"
+    reason = R.RESTARTING_AFTER_FAILURE(
+        why=obs.reason or R.FAILED(), a=attempt + 1, b=workload.max_retries + 1
     )
     was = workload.state
     if transition(workload, State.STARTING, reason=reason, attempt=attempt) and (

@@ -28,6 +28,7 @@ from django.utils.translation import gettext as _
 from core.audit import record
 from scheduling.models import Cluster
 from workloads import admission
+from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, State, WorkloadKind
 from workloads.launch import (
     check_env,
@@ -91,12 +92,11 @@ def _session(cluster: Cluster) -> int:
 # --- Stopping and extending --------------------------------------------------------------------
 
 
-def stop(*, actor: Any, workload: Workload, reason: str = "") -> bool:
+def stop(*, actor: Any, workload: Workload, reason: R.Reason | str = "") -> bool:
     """Stop a workload: a waiting one at once, a running one through its backend (the stop is
     sent after commit, and re-sent by ``reconcile`` until the backend confirms it). A stop by
     someone other than the owner (class staff, an admin) is written to the audit log."""
-    who = getattr(actor, "username", None) or "the portal"
-    reason = reason or f"stopped by {who}"
+    reason = reason or R.stopped_by(actor)
     with transaction.atomic():
         if workload.state in WAITING:
             moved = transition(workload, State.STOPPED, actor=actor, reason=reason)
@@ -109,7 +109,7 @@ def stop(*, actor: Any, workload: Workload, reason: str = "") -> bool:
                 target=workload,
                 tenant=workload.tenant,
                 owner=workload.owner.username,
-                reason=reason,
+                reason=str(reason),
             )
     return moved
 
@@ -135,7 +135,7 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
         extensions = current.extensions + 1
         Workload.objects.filter(pk=current.pk).update(deadline_at=deadline, extensions=extensions)
         workload.deadline_at, workload.extensions = deadline, extensions
-        note(workload, f"extended until {timezone.localtime(deadline):%H:%M}", actor=actor)
+        note(workload, R.EXTENDED_UNTIL(time=f"{timezone.localtime(deadline):%H:%M}"), actor=actor)
         record(
             "workload.extend",
             actor=actor,
@@ -161,7 +161,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
             if stop(
                 actor=None,
                 workload=workload,
-                reason=f"reached its maximum duration ({minutes} minutes)",
+                reason=R.MAX_DURATION(n=minutes),
             ):
                 stopped.append(str(workload.pk))
             continue
@@ -174,7 +174,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
             if stop(
                 actor=None,
                 workload=workload,
-                reason=f"idle for {workload.idle_timeout_minutes} minutes",
+                reason=R.IDLE_FOR(n=workload.idle_timeout_minutes),
             ):
                 stopped.append(str(workload.pk))
         elif idle >= limit - IDLE_WARNING and (
@@ -182,7 +182,7 @@ def cull(now: dt.datetime | None = None) -> list[str]:
         ):
             left = max(1, int((limit - idle).total_seconds() // 60))
             Workload.objects.filter(pk=workload.pk).update(idle_warned_at=now)
-            note(workload, f"idle: stops in {left} minutes unless used")
+            note(workload, R.IDLE_WARNING(n=left))
     return stopped
 
 
@@ -193,7 +193,7 @@ def expire_grants(today: dt.date | None = None) -> int:
     for workload in Workload.objects.filter(
         state__in=(*WAITING, *HOLDING), grant__expires_on__lt=today
     ).exclude(state=State.STOPPING):
-        reason = f"the grant expired on {workload.grant.expires_on}"  # type: ignore[union-attr]
+        reason = R.GRANT_EXPIRED(date=str(workload.grant.expires_on))  # type: ignore[union-attr]
         if workload.state in WAITING:
             ended += transition(workload, State.REJECTED, reason=reason)
         else:

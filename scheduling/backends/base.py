@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from core.reasons import Reason
+
 
 class Phase(StrEnum):
     """What a backend says about one workload. The portal maps it onto its lifecycle."""
@@ -83,7 +85,7 @@ class Handle:
 class Observation:
     workload_id: str
     phase: Phase
-    reason: str = ""  # in plain words: "exit code 1 on worker 2", "ImagePullBackOff: …"
+    reason: Reason | None = None  # scheduling.reasons: "worker 2 exited with code 1", …
     exit_code: int | None = None
     last_activity: dt.datetime | None = None  # notebooks: last kernel / terminal activity
     attempt: int = 0

@@ -36,6 +36,8 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from core.reasons import Reason
+from scheduling import reasons as R
 from scheduling.backends.base import (
     TERMINAL_PHASES,
     BackendError,
@@ -491,7 +493,7 @@ class LocalBackend:
     def _observe_one(self, handle: Handle) -> Observation:
         workdir, state = self._load(handle)
         if state is None:
-            return Observation(handle.workload_id, Phase.UNKNOWN, "no such workload on this host")
+            return Observation(handle.workload_id, Phase.UNKNOWN, R.NO_SUCH_WORKLOAD())
         with self._locked(workdir):
             state = self._read_state(workdir) or state
             before = _snapshot(state)
@@ -515,8 +517,8 @@ class LocalBackend:
             # The portal died halfway through a submit: a partial gang must not run.
             self._kill_tasks(state, signal.SIGKILL)
             state["failed_at"] = now
-            reason = f"only {len(tasks)} of {state['workers']} tasks were started"
-            state["outcome"] = {"phase": Phase.FAILED.value, "reason": reason}
+            reason = R.TASKS_NOT_STARTED(n=len(tasks), m=int(state["workers"]))
+            state["outcome"] = {"phase": Phase.FAILED.value, "reason": reason.to_json()}
             return _observation(workload_id, attempt, state["outcome"], state)
         # Liveness first: a runner writes its exit file before it exits, so a task seen dead
         # here has its exit file by the time it is read (unless it was killed).
@@ -528,10 +530,10 @@ class LocalBackend:
                 return Observation(
                     workload_id,
                     phase or Phase.STARTING,
-                    "stopping: waiting for the processes to exit",
+                    R.STOPPING_PROCESSES(),
                     attempt=attempt,
                 )
-            outcome = {"phase": Phase.STOPPED.value, "reason": "stopped on request"}
+            outcome = {"phase": Phase.STOPPED.value, "reason": R.STOPPED_ON_REQUEST().to_json()}
         elif state["kind"] == "job":
             outcome = self._job_outcome(workdir, state, exits, alive, now)
         else:
@@ -550,31 +552,33 @@ class LocalBackend:
         alive: list[bool],
         now: float,
     ) -> dict[str, Any] | None:
-        failures: list[tuple[float, int, str, int | None]] = []
+        failures: list[tuple[float, int, int | None, str]] = []
         for rank, ended in enumerate(exits):
             if ended is not None and ended["exit_code"] != 0:
-                failures.append((ended["at"], rank, _exit_words(ended), ended["exit_code"]))
+                failures.append((ended["at"], rank, ended["exit_code"], _signal_name(ended)))
             elif ended is None and not alive[rank]:
-                failures.append((now, rank, "disappeared without an exit code", None))
+                failures.append((now, rank, None, ""))
         if failures:
-            _, rank, words, code = min(failures)  # the first to fail is the cause
-            reason = f"worker {rank} {words}"
+            _, rank, code, killer = min(failures)  # the first to fail is the cause
+            reason = (
+                R.WORKER_DISAPPEARED(n=rank)
+                if code is None
+                else R.WORKER_KILLED(n=rank, signal=killer, code=code)
+                if killer
+                else R.WORKER_EXITED(n=rank, code=code)
+            )
             last = _last_line(workdir / state["tasks"][rank]["log"])
             if last:
-                reason += f": {last}"
+                reason = R.WITH_DETAIL(reason=reason, detail=last)
             state["failed_at"] = now
             for task, running in zip(state["tasks"], alive, strict=True):
                 if running:
                     self._terminate_task(task)
-            return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": code}
+            return {"phase": Phase.FAILED.value, "reason": reason.to_json(), "exit_code": code}
         if all(ended is not None for ended in exits):
             workers = len(exits)
-            reason = (
-                "exited with code 0"
-                if workers == 1
-                else f"all {workers} workers exited with code 0"
-            )
-            return {"phase": Phase.SUCCEEDED.value, "reason": reason, "exit_code": 0}
+            reason = R.EXITED_0() if workers == 1 else R.ALL_EXITED_0(n=workers)
+            return {"phase": Phase.SUCCEEDED.value, "reason": reason.to_json(), "exit_code": 0}
         return None
 
     def _server_outcome(
@@ -590,15 +594,21 @@ class LocalBackend:
         name = "JupyterLab" if state.get("token") else str(state["app"]).capitalize()
         if ended is not None and ended["exit_code"] == 0:
             # Nobody asked for a stop, but nothing went wrong either: it shut itself down.
-            reason = f"{name} shut itself down (exit code 0)"
-            return {"phase": Phase.STOPPED.value, "reason": reason, "exit_code": 0}
-        words = _exit_words(ended) if ended else "disappeared without an exit code"
-        reason = f"{name} {words}"
+            reason = R.APP_SHUT_DOWN(app=name)
+            return {"phase": Phase.STOPPED.value, "reason": reason.to_json(), "exit_code": 0}
+        killer = _signal_name(ended) if ended else ""
+        reason = (
+            R.APP_DISAPPEARED(app=name)
+            if ended is None
+            else R.APP_KILLED(app=name, signal=killer, code=ended["exit_code"])
+            if killer
+            else R.APP_EXITED(app=name, code=ended["exit_code"])
+        )
         last = _last_line(workdir / state["tasks"][0]["log"])
         if last:
-            reason += f": {last}"
+            reason = R.WITH_DETAIL(reason=reason, detail=last)
         code = ended["exit_code"] if ended else None
-        return {"phase": Phase.FAILED.value, "reason": reason, "exit_code": code}
+        return {"phase": Phase.FAILED.value, "reason": reason.to_json(), "exit_code": code}
 
     def _live_observation(
         self, state: dict[str, Any], attempt: int, *, probe: bool = True
@@ -616,7 +626,7 @@ class LocalBackend:
                     attempt=attempt,
                 )
             return Observation(
-                workload_id, Phase.STARTING, "waiting for the server to answer", attempt=attempt
+                workload_id, Phase.STARTING, R.WAITING_FOR_SERVER_ANSWER(), attempt=attempt
             )
         state["ready"] = True
         if isinstance(status.get("last_activity"), str):
@@ -826,15 +836,15 @@ def _read_exit(path: Path) -> dict[str, Any] | None:
     return {"exit_code": int(data["exit_code"]), "signal": data.get("signal"), "at": at}
 
 
-def _exit_words(ended: Mapping[str, Any]) -> str:
+def _signal_name(ended: Mapping[str, Any]) -> str:
+    """The signal that ended a task ("SIGKILL"), or "" when it exited."""
     number = ended.get("signal")
-    if number:
-        try:
-            name = signal.Signals(int(number)).name
-        except ValueError:
-            name = f"signal {number}"
-        return f"was killed by {name} (exit code {ended['exit_code']})"
-    return f"exited with code {ended['exit_code']}"
+    if not number:
+        return ""
+    try:
+        return signal.Signals(int(number)).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _last_line(path: Path, limit: int = 300) -> str:
@@ -855,7 +865,7 @@ def _observation(
     return Observation(
         workload_id,
         Phase(outcome["phase"]),
-        str(outcome.get("reason", "")),
+        Reason.from_json(outcome["reason"]) if outcome.get("reason") else None,
         exit_code=outcome.get("exit_code"),
         last_activity=_parse_time(state.get("last_activity")),
         attempt=attempt,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scheduling import reasons as R
 from scheduling.backends.base import (
     BackendError,
     Endpoint,
@@ -149,18 +150,18 @@ class SimulatedBackend:
             return Observation(workload_id, Phase.UNKNOWN)
         attempt = int(state["attempt"])
         if state["stopped"] is not None:
-            return Observation(workload_id, Phase.STOPPED, "stopped (simulated)", attempt=attempt)
+            return Observation(workload_id, Phase.STOPPED, R.STOPPED_SIMULATED(), attempt=attempt)
         if self._finished(state):
             return Observation(
                 workload_id,
                 Phase.SUCCEEDED,
-                f"finished after {state['duration_s'] / 60:g} simulated minutes",
+                R.FINISHED_SIMULATED(n=f"{state['duration_s'] / 60:g}"),
                 exit_code=0,
                 attempt=attempt,
             )
-        where = ", ".join(state["nodes"]) or "the simulated cluster"
+        where = ", ".join(state["nodes"]) or R.THE_SIMULATED_CLUSTER()
         return Observation(
-            workload_id, Phase.RUNNING, f"running on {where} (simulated)", attempt=attempt
+            workload_id, Phase.RUNNING, R.RUNNING_SIMULATED(where=where), attempt=attempt
         )
 
     def endpoint(self, handle: Handle) -> Endpoint | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from core.reasons import Reason
+
 MILLI = 1000
 
 
@@ -215,4 +217,4 @@ class Eviction:
     task: str
     job: str
     node: str
-    reason: str
+    reason: Reason

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.reasons import Reason
+from scheduling import reasons as R
+
 from .cluster import BoolArray, Cluster
 from .model import Node, TaskRequest
 
@@ -32,21 +35,21 @@ def static_mask(cluster: Cluster, task: TaskRequest) -> BoolArray:
     return np.array([node_admits(node, task) for node in cluster.nodes], dtype=bool)
 
 
-def too_big_reason(cluster: Cluster, task: TaskRequest) -> str | None:
+def too_big_reason(cluster: Cluster, task: TaskRequest) -> Reason | None:
     """Why no node could ever hold the task, even empty; None when some node could."""
     if cluster.fits_empty(task).any():
         return None
-    parts = []
+    parts: list[Reason] = []
     if not (cluster.cpu_cap >= task.cpu_milli).any():
-        parts.append(f"{task.cpu_milli} milli-CPU (largest node {int(cluster.cpu_cap.max())})")
+        parts.append(R.NEEDS_CPU(milli=task.cpu_milli, largest=int(cluster.cpu_cap.max())))
     if not (cluster.mem_cap >= task.memory_mib).any():
-        parts.append(f"{task.memory_mib} MiB (largest node {int(cluster.mem_cap.max())})")
+        parts.append(R.NEEDS_MEMORY(mib=task.memory_mib, largest=int(cluster.mem_cap.max())))
     if task.num_gpu:
         allowed = cluster.model_mask(task.gpu_models)[cluster.model_id]
         most = int(cluster.gpu_count[allowed].max()) if allowed.any() else 0
-        models = "|".join(sorted(task.gpu_models)) or "any model"
+        models = "|".join(sorted(task.gpu_models)) or R.ANY_MODEL()
         if most < task.num_gpu:
-            parts.append(f"{task.num_gpu} GPUs of {models} (largest such node has {most})")
+            parts.append(R.NEEDS_GPUS(n=task.num_gpu, models=models, most=most))
     if not parts:
-        parts.append("no single node has all of its CPU, memory and GPUs")
-    return "bigger than any node: needs " + "; ".join(parts)
+        parts.append(R.NEEDS_ONE_NODE())
+    return R.TOO_BIG_NEEDS(parts=parts)

@@ -352,7 +352,7 @@ def run_time(
         else:
             reason = too_big_reason(cluster, task)
             if reason is not None:
-                run.rejected[task.name] = reason
+                run.rejected[task.name] = reason.text()
             else:
                 demanded += task.gpu_total_milli
                 if not start(i, now):

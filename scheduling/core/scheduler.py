@@ -28,6 +28,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from core.reasons import Reason
+from scheduling import reasons as R
+
 from .cluster import Allocation, Cluster
 from .model import Eviction, Job, Node, Placement, Queue, Resources, Running, TaskRequest
 from .placement import Placer
@@ -69,8 +72,8 @@ class Decision:
     placements: tuple[Placement, ...]
     evictions: tuple[Eviction, ...]
     admitted: tuple[str, ...]  # jobs enqueue admitted in this session
-    waiting: Mapping[str, str]  # job -> why it is still queued
-    rejected: Mapping[str, str]  # job -> why it can never run
+    waiting: Mapping[str, Reason]  # job -> why it is still queued
+    rejected: Mapping[str, Reason]  # job -> why it can never run
 
 
 def deserved_shares(
@@ -151,7 +154,7 @@ class Session:
             ],
             dtype=np.float64,
         )
-        self.rejected: dict[str, str] = {}
+        self.rejected: dict[str, Reason] = {}
         self.screen()
         requests = {name: alloc.copy() for name, alloc in self.queue_alloc.items()}
         for job in snap.jobs:
@@ -163,7 +166,7 @@ class Session:
         self.evictions: list[Eviction] = []
         self.admitted: list[str] = []
         self.inqueue: list[str] = [j.name for j in snap.jobs if self.running_count(j)]
-        self.waiting: dict[str, str] = {}
+        self.waiting: dict[str, Reason] = {}
         self._clock = 0
 
     # --- bookkeeping ---------------------------------------------------------------------
@@ -230,11 +233,11 @@ class Session:
             if not self.pending_tasks(job):
                 continue
             if job.queue not in self.queues:
-                self.rejected[job.name] = f"no queue named {job.queue!r}"
+                self.rejected[job.name] = R.NO_QUEUE_NAMED(queue=repr(job.queue))
                 continue
             too_big = [(t, r) for t in job.tasks if (r := too_big_reason(self.cluster, t))]
             if too_big:
-                self.rejected[job.name] = f"task {too_big[0][0].name}: {too_big[0][1]}"
+                self.rejected[job.name] = R.TASK_TOO_BIG(task=too_big[0][0].name, why=too_big[0][1])
 
     def enqueue(self) -> None:
         """Admit pending jobs whose queue capability and the cluster's room allow.
@@ -266,10 +269,10 @@ class Session:
                     self.queue_alloc[job.queue] + claimed[job.queue] + need > _vec(cap) + _EPS
                 ).any()
             ):
-                self.waiting[job.name] = f"queue {job.queue}: capability reached"
+                self.waiting[job.name] = R.QUEUE_CAPABILITY(queue=job.queue)
                 continue
             if (need > idle + self._evictable_for(job) + _EPS).any():
-                self.waiting[job.name] = "cluster full: not enough idle resources to admit"
+                self.waiting[job.name] = R.CLUSTER_FULL()
                 continue
             idle -= need
             claimed[job.queue] += need
@@ -312,7 +315,7 @@ class Session:
             for q, jobs in todo.items():
                 if jobs and q not in ready:
                     for job in jobs:
-                        self.waiting.setdefault(job.name, f"queue {q}: at its deserved share")
+                        self.waiting.setdefault(job.name, R.QUEUE_DESERVED(queue=q))
                     jobs.clear()
             if not ready:
                 return
@@ -324,7 +327,7 @@ class Session:
                 cap is not None
                 and (self.queue_alloc[queue] + _vec(job.min_request) > _vec(cap) + _EPS).any()
             ):
-                self.waiting[job.name] = f"queue {queue}: capability reached"
+                self.waiting[job.name] = R.QUEUE_CAPABILITY(queue=queue)
             elif self._place_gang(job, _never) is None:
                 self.waiting[job.name] = self._why_not(job)
             else:
@@ -395,7 +398,8 @@ class Session:
                 self._add(run.job, run.task, alloc, run.order)
             return None
         for run in evicted:
-            self._record_eviction(run, f"{verb} for job {job.name}")
+            code = R.PREEMPTED_FOR if verb == "preempted" else R.RECLAIMED_FOR
+            self._record_eviction(run, code(job=job.name))
         self._break_gangs(evicted, job)
         return placed
 
@@ -431,11 +435,11 @@ class Session:
                     best = (cost, [key for key, _ in chosen])
         return [] if best is None else best[1]
 
-    def _record_eviction(self, run: _Run, reason: str) -> None:
+    def _record_eviction(self, run: _Run, reason: Reason) -> None:
         """Report the eviction; a task placed earlier in this session just loses its place."""
         key = (run.job.name, run.task.name)
         if self.placements.pop(key, None) is not None:
-            self.waiting[run.job.name] = f"lost its placement: {reason}"
+            self.waiting[run.job.name] = R.LOST_PLACEMENT(why=reason)
             return
         self.evictions.append(
             Eviction(run.task.name, run.job.name, self.cluster.nodes[run.alloc.node].name, reason)
@@ -451,25 +455,23 @@ class Session:
                     if key in self.running:
                         run = self._remove(key)
                         self._record_eviction(
-                            run, f"gang of {victim.name} broken by eviction for {preemptor.name}"
+                            run, R.GANG_BROKEN(job=victim.name, preemptor=preemptor.name)
                         )
 
-    def _why_not(self, job: Job) -> str:
+    def _why_not(self, job: Job) -> Reason:
         """A human-readable reason the job could not be placed now."""
         need = max(1, job.min_available - self.running_count(job))
         pending = self.pending_tasks(job)
         fit = [t for t in pending if self.placer.choose(t) is not None]
         if len(fit) == len(pending) or (fit and len(fit) < need):
-            return f"gang: not all {need} tasks needed to start fit at once"
+            return R.GANG_NOT_ALL_FIT(n=need)
         task = next(t for t in pending if t not in fit)
         free_gpu = int(self.cluster.dev_free[self.cluster.schedulable].sum())
         if task.num_gpu and free_gpu >= task.gpu_total_milli:
-            return (
-                f"fragmentation: {free_gpu / 1000:g} GPUs free in total but no node has "
-                f"{task.num_gpu} x {task.gpu_milli} milli-GPU with the CPU and memory "
-                f"for {task.name}"
+            return R.FRAGMENTATION(
+                free=f"{free_gpu / 1000:g}", gpus=task.num_gpu, milli=task.gpu_milli, task=task.name
             )
-        return f"waiting for capacity: no node fits task {task.name} now"
+        return R.NO_NODE_FITS_TASK(task=task.name)
 
     def decision(self) -> Decision:
         for job in self.jobs.values():
@@ -477,7 +479,7 @@ class Session:
                 if self.running_count(job) >= job.min_available:
                     self.waiting.pop(job.name, None)
                 else:
-                    self.waiting.setdefault(job.name, "not admitted yet")
+                    self.waiting.setdefault(job.name, R.NOT_ADMITTED())
             else:
                 self.waiting.pop(job.name, None)
         return Decision(

@@ -16,10 +16,13 @@ import pytest
 from django.conf import settings
 from django.utils import translation
 
+from core.reasons import plain
+from scheduling import reasons as S
+from tenants import reasons as T
+from workloads import reasons as W
 from workloads import services
 from workloads.choices import State
 from workloads.models import Workload
-from workloads.reasons import translate
 
 pytestmark = pytest.mark.django_db
 
@@ -129,48 +132,93 @@ def test_the_compiled_catalog_matches_the_po_file() -> None:
 
 # --- Reasons -----------------------------------------------------------------------------------
 
-REASONS = {
-    "waiting for quota: class ML-101: 1 of 1 GPUs in use (asked for 1)": (
-        "等待配额：班级 ML-101：GPU 已用 1 / 1（申请 1）"
+QUOTA = T.QUOTA_EXHAUSTED(
+    kind="class", tenant="ML-101", used="1", limit="1", what="gpus", asked="1"
+)
+MEMBER_QUOTA = T.MEMBER_QUOTA_EXHAUSTED(
+    kind="department", tenant="CS", used="2", limit="2", what="jobs", asked="1"
+)
+WORKER_FAILED = S.WITH_DETAIL(reason=S.WORKER_EXITED(n=0, code=1), detail="boom")
+# (reason, in English, in Chinese)
+REASONS = [
+    (
+        W.WAITING_FOR_QUOTA(why=QUOTA),
+        "waiting for quota: class ML-101: 1 of 1 GPUs in use (asked for 1)",
+        "等待配额：班级 ML-101：GPU 已用 1 / 1（申请 1）",
     ),
-    "waiting for quota: department CS: you use 2 of your 2 jobs (asked for 1)": (
-        "等待配额：院系 CS：你的 作业 已用 2 / 2（申请 1）"
+    (
+        W.WAITING_FOR_QUOTA(why=MEMBER_QUOTA),
+        "waiting for quota: department CS: you use 2 of your 2 jobs (asked for 1)",
+        "等待配额：院系 CS：你的 作业 已用 2 / 2（申请 1）",
     ),
-    "waiting for capacity: this cluster has no GPU right now": "等待资源：本集群目前没有 GPU",
-    "waiting for capacity: no node has 2 free A100 GPUs now": (
-        "等待资源：目前没有节点有 2 块空闲的 A100 GPU"
+    (
+        S.NO_SUCH_GPU(what=""),
+        "waiting for capacity: this cluster has no GPU right now",
+        "等待资源：本集群目前没有 GPU",
     ),
-    "waiting for the grant's time window (Tue 14:00–16:00)": (
-        "等待授权的开放时段（星期二 14:00–16:00）"
+    (
+        S.NO_CAPACITY(what=S.FREE_GPUS(n=2, models="A100 ")),
+        "waiting for capacity: no node has 2 free A100 GPUs now",
+        "等待资源：目前没有节点有 2 块空闲的 A100 GPU",
     ),
-    "stopped by the portal": "由平台停止",
-    "stopped by alice": "由 alice 停止",
-    "restarting after a failure (worker 0 exited with code 1: boom): attempt 2 of 3": (
-        "失败后重启（工作进程 0 已退出，退出码 1: boom）：第 2 次尝试，共 3 次"
+    (
+        W.WAITING_FOR_WINDOW(windows=W.windows([{"day": 1, "start": "14:00", "end": "16:00"}])),
+        "waiting for the grant's time window (Tue 14:00–16:00)",
+        "等待授权的开放时段（星期二 14:00–16:00）",
     ),
-    "waiting: queue gpu-a is closed": "等待中：队列 gpu-a 已关闭",
-    "running": "运行中",
-}
+    (W.stopped_by(None), "stopped by the portal", "由平台停止"),
+    (W.STOPPED_BY(who="alice"), "stopped by alice", "由 alice 停止"),
+    (
+        W.RESTARTING_AFTER_FAILURE(why=WORKER_FAILED, a=2, b=3),
+        "restarting after a failure (worker 0 exited with code 1: boom): attempt 2 of 3",
+        "失败后重启（工作进程 0 已退出，退出码 1: boom）：第 2 次尝试，共 3 次",
+    ),
+    (
+        W.WAITING(why=W.QUEUE_CLOSED(queue="gpu-a")),
+        "waiting: queue gpu-a is closed",
+        "等待中：队列 gpu-a 已关闭",
+    ),
+    (W.RUNNING(), "running", "运行中"),
+]
 
 
 def test_reasons_read_in_chinese() -> None:
     with translation.override("zh-hans"):
-        assert {reason: translate(reason) for reason in REASONS} == REASONS
+        assert [reason.render() for reason, _, _ in REASONS] == [zh for _, _, zh in REASONS]
 
 
 def test_reasons_are_unchanged_in_english() -> None:
     samples = [
-        *REASONS,
-        "waiting for capacity: no node has 4 CPU cores and 16384 MiB of memory free now",
-        "waiting for capacity: no node has a A100 GPU with 50% compute and 8192 MiB free now",
-        "bigger than any node: asks 64 CPU cores, the largest node has 16",
-        "JupyterLab exited with code 1: Traceback",
-        "worker 1 was killed by SIGKILL (exit code -9)",
-        "failed after 2 restarts: OOMKilled",
-        "something the portal has no pattern for",
+        *((reason, en) for reason, en, _ in REASONS),
+        (
+            S.NO_CAPACITY(what=S.FREE_CPU_MEMORY(cores="4", mib=16384)),
+            "waiting for capacity: no node has 4 CPU cores and 16384 MiB of memory free now",
+        ),
+        (
+            S.NO_CAPACITY(what=S.FREE_GPU_SHARE(models="A100 ", pct="50", mib=8192)),
+            "waiting for capacity: no node has a A100 GPU with 50% compute and 8192 MiB free now",
+        ),
+        (
+            S.TOO_BIG_CPU(n="64", m="16"),
+            "bigger than any node: asks 64 CPU cores, the largest node has 16",
+        ),
+        (
+            S.WITH_DETAIL(reason=S.APP_EXITED(app="JupyterLab", code=1), detail="Traceback"),
+            "JupyterLab exited with code 1: Traceback",
+        ),
+        (
+            S.WORKER_KILLED(n=1, signal="SIGKILL", code=-9),
+            "worker 1 was killed by SIGKILL (exit code -9)",
+        ),
+        (
+            S.FAILED_AFTER_RESTARTS(n=2, why=plain("OOMKilled")),
+            "failed after 2 restarts: OOMKilled",
+        ),
+        (plain("something the portal has no code for"), "something the portal has no code for"),
     ]
+    assert [reason.text() for reason, _ in samples] == [en for _, en in samples]
     with translation.override("en"):
-        assert [translate(r) for r in samples] == samples
+        assert [reason.render() for reason, _ in samples] == [en for _, en in samples]
 
 
 def test_a_reason_is_stored_in_english_whatever_the_launching_language(

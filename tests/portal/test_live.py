@@ -191,7 +191,9 @@ async def test_bob_sees_his_workload_move_within_a_second(world: Any, job: Workl
         "state": "Running",
         "state_label": "Running",
         "reason": "running on gpu-host",
-        "reason_text": "running on gpu-host",  # in the reader's language
+        "reason_code": "text",  # words given as they are: no code of their own
+        "reason_params": {"text": "running on gpu-host"},
+        "reason_text": "running on gpu-host",  # in the reader's language, from code and params
         "open_url": None,  # a job: nothing to open
         "owner": "bob",
         "tenant": "ml-101",

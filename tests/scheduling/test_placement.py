@@ -94,10 +94,11 @@ def test_node_selectors_taints_and_cordons_are_predicates() -> None:
 def test_a_task_bigger_than_any_node_gets_that_reason() -> None:
     c = Cluster([node("a", gpus=4, cpu=32_000), node("b", gpus=8, model="T4", cpu=64_000)])
     assert too_big_reason(c, task(gpus=8)) is None
-    reason = too_big_reason(c, task(gpus=8, models="V100M16"))
-    assert reason is not None and reason.startswith("bigger than any node")
+    found = too_big_reason(c, task(gpus=8, models="V100M16"))
+    reason = found.text() if found else ""
+    assert reason.startswith("bigger than any node")
     assert "8 GPUs of V100M16 (largest such node has 4)" in reason
-    assert "milli-CPU" in (too_big_reason(c, task(cpu=100_000)) or "")
+    assert "milli-CPU" in str(too_big_reason(c, task(cpu=100_000)))
 
 
 def test_ties_fall_to_the_seeded_node_order_and_repeat_for_the_same_seed() -> None:

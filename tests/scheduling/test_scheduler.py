@@ -33,7 +33,7 @@ def test_gang_is_never_partially_placed() -> None:
     snap = Snapshot(gpus(2, per_node=2), [Queue("default")], jobs, actions=("allocate",))
     decision = schedule(snap)
     assert "too-wide" not in placed_per_job(decision)
-    assert decision.waiting["too-wide"].startswith("gang")
+    assert decision.waiting["too-wide"].text().startswith("gang")
     assert placed_per_job(decision)["elastic"] == 4
 
 
@@ -67,9 +67,9 @@ def test_two_queues_weighted_3_to_2_share_gpus_60_40_under_saturation() -> None:
     assert sum(per_queue.values()) == 20
     assert per_queue["a"] / 20 == pytest.approx(0.6, abs=0.05)
     assert all(
-        decision.waiting[j.name].startswith("queue")
-        or "capacity" in decision.waiting[j.name]
-        or "full" in decision.waiting[j.name]
+        decision.waiting[j.name].text().startswith("queue")
+        or "capacity" in decision.waiting[j.name].text()
+        or "full" in decision.waiting[j.name].text()
         for j in jobs
         if j.name not in {p.job for p in decision.placements}
     )
@@ -100,7 +100,7 @@ def test_a_queue_never_exceeds_its_capability() -> None:
     jobs = [job(f"j{i}", queue="capped", gpus=1, order=i) for i in range(3)]
     decision = schedule(Snapshot(gpus(4), queues, jobs))
     assert len(decision.placements) == 2
-    assert "capability" in decision.waiting["j2"]
+    assert "capability" in decision.waiting["j2"].text()
 
 
 def test_drf_serves_the_job_with_the_smaller_dominant_share_first() -> None:
@@ -200,7 +200,7 @@ def test_a_job_bigger_than_any_node_is_refused_at_once_with_that_reason() -> Non
             gpus(4, per_node=8), [Queue("default")], [job("huge", gpus=16), job("fine", gpus=8)]
         )
     )
-    assert "bigger than any node" in decision.rejected["huge"]
+    assert "bigger than any node" in decision.rejected["huge"].text()
     assert [p.job for p in decision.placements] == ["fine"]
 
 
@@ -212,7 +212,7 @@ def test_waiting_jobs_say_when_the_cluster_is_fragmented() -> None:
         [*halves, job("whole", gpus=1)],
         running=running(halves[0], "n0") + running(halves[1], "n1"),
     )
-    reason = schedule(snap).waiting["whole"]
+    reason = schedule(snap).waiting["whole"].text()
     assert reason.startswith("fragmentation: 1 GPUs free in total")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.reasons import Reason
 from scheduling.backends.base import (
     BackendError,
     Endpoint,
@@ -31,9 +32,13 @@ class FakeBackend:
 
     # --- test controls ---------------------------------------------------------------------
 
-    def set(self, workload_id: object, phase: Phase, reason: str = "", **extra: object) -> None:
+    def set(
+        self, workload_id: object, phase: Phase, reason: Reason | str = "", **extra: object
+    ) -> None:
+        """``reason``: a Reason, or words from outside (a str, as code ``text``)."""
         key = str(workload_id)
-        self.phases[key] = Observation(key, phase, reason, **extra)  # type: ignore[arg-type]
+        why = Reason.from_json(reason) if reason else None
+        self.phases[key] = Observation(key, phase, why, **extra)  # type: ignore[arg-type]
 
     # --- the contract ----------------------------------------------------------------------
 

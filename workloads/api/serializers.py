@@ -113,7 +113,15 @@ class WorkloadEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = WorkloadEvent
-        fields = ["time", "from_state", "to_state", "actor", "reason"]
+        fields = [
+            "time",
+            "from_state",
+            "to_state",
+            "actor",
+            "reason",
+            "reason_code",
+            "reason_params",
+        ]
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
@@ -137,6 +145,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "flavor",
             "state",
             "reason",
+            "reason_code",
+            "reason_params",
             "open_url",
             "command",
             "env",

@@ -5,15 +5,19 @@ from django import template
 
 from workloads import windows as weekly
 from workloads.choices import State
-from workloads.reasons import translate
+from workloads.reasons import reason_of
 
 register = template.Library()
 
 
 @register.filter
-def reason(text: str) -> str:
-    """A workload's reason (or event) in the reader's language."""
-    return translate(text or "")
+def reason(value: Any) -> str:
+    """The reason of a workload or an event (or a reason itself) in the reader's language,
+    from its code and parameters; a plain string is shown as it is."""
+    if isinstance(value, str):
+        return value
+    found = reason_of(value)
+    return found.render() if found is not None else ""
 
 
 @register.filter

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from scheduling import reasons as R
 from scheduling.backends.base import (
     BackendError,
     Endpoint,
@@ -309,7 +310,9 @@ class KubernetesBackend:
                 ):
                     # Volcano already spent the retries: another attempt would multiply them.
                     observed = status.job_observation(obj, now=self.now())
-                    raise BackendError(observed.reason or "failed after its retries")
+                    raise BackendError(
+                        observed.reason.text() if observed.reason else "failed after its retries"
+                    )
                 self.kube.delete(kind, obj["metadata"]["name"], namespace)
 
     def _priority_class(self, priority: int) -> str:
@@ -398,9 +401,7 @@ class KubernetesBackend:
                     deployment, pods=found.get("pod", []), now=now, pull_grace_seconds=grace
                 )
             else:
-                observation = Observation(
-                    workload_id, Phase.UNKNOWN, "no such workload on the cluster"
-                )
+                observation = Observation(workload_id, Phase.UNKNOWN, R.NOT_ON_CLUSTER())
             observations[workload_id] = observation
         return observations
 

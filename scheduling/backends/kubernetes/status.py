@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.reasons import Reason, plain
+from scheduling import reasons as R
 from scheduling.backends.base import Observation, Phase
 from scheduling.backends.kubernetes import names
 
@@ -53,7 +55,7 @@ FINISHED_JOB_PHASES = frozenset({"Completed", "Failed", "Terminated", "Aborted"}
 class PodProblem:
     """Something wrong with one pod, in words a student understands."""
 
-    text: str
+    reason: Reason
     permanent: bool = False
     exit_code: int | None = None
     quota: bool = False
@@ -118,11 +120,11 @@ def job_observation(
     stop_requested = STOP_ANNOTATION in annotations_of(job)
     job_name = str(meta.get("name", ""))
 
-    def observe(p: Phase, reason: str, exit_code: int | None = None) -> Observation:
-        return Observation(workload_id, p, _short(reason), exit_code=exit_code, attempt=attempt)
+    def observe(p: Phase, reason: Reason, exit_code: int | None = None) -> Observation:
+        return Observation(workload_id, p, reason, exit_code=exit_code, attempt=attempt)
 
     if meta.get("deletionTimestamp"):
-        return observe(Phase.STOPPED, "deleted on the cluster")
+        return observe(Phase.STOPPED, R.DELETED_ON_CLUSTER())
     failure = _first(pod_failure(pod, _task(pod, job_name)) for pod in pods) or last_failure
     retries = int(status.get("retryCount") or 0)
     max_retry = int((job.get("spec") or {}).get("maxRetry") or 3)
@@ -130,53 +132,57 @@ def job_observation(
     if phase == "Completed":
         return observe(Phase.SUCCEEDED, _completed_words(job), exit_code=0)
     if phase == "Failed":
-        reason = failure.text if failure else str(status.get("state", {}).get("message") or "")
-        reason = reason or "failed"
+        message = _short(str(status.get("state", {}).get("message") or ""))
+        reason = failure.reason if failure else plain(message) if message else R.FAILED()
         if retries:
-            reason = f"failed after {retries} restart{'s' if retries != 1 else ''}: {reason}"
+            reason = R.FAILED_AFTER_RESTARTS(n=retries, why=reason)
         return observe(Phase.FAILED, reason, failure.exit_code if failure else None)
     if phase in ("Terminating", "Terminated"):
         if failure is not None and not stop_requested:
-            return observe(Phase.FAILED, failure.text, failure.exit_code)
-        return observe(Phase.STOPPED, "stopped" if stop_requested else "terminated on the cluster")
+            return observe(Phase.FAILED, failure.reason, failure.exit_code)
+        return observe(Phase.STOPPED, R.STOPPED() if stop_requested else R.TERMINATED_ON_CLUSTER())
     if phase in ("Aborting", "Aborted"):
-        return observe(Phase.STOPPED, "aborted on the cluster")
+        return observe(Phase.STOPPED, R.ABORTED_ON_CLUSTER())
     if phase == "Restarting":
-        why = f"after {failure.text}" if failure else "after an eviction or a failure"
-        return observe(Phase.STARTING, f"restarting {why} (restart {retries} of {max_retry})")
+        return observe(
+            Phase.STARTING,
+            R.RESTARTING_AFTER(why=failure.reason, n=retries, most=max_retry)
+            if failure
+            else R.RESTARTING_AFTER_SOMETHING(n=retries, most=max_retry),
+        )
     if phase == "Completing":
-        return observe(Phase.RUNNING, "completing")
+        return observe(Phase.RUNNING, R.COMPLETING())
     if phase == "Running":
         if component == "notebook" and not any(is_ready(pod) for pod in pods):
             problem = _first(pod_waiting(pod, _task(pod, job_name), now, 1e12) for pod in pods)
-            return observe(Phase.STARTING, problem.text if problem else "waiting for the server")
-        return observe(Phase.RUNNING, "running on " + _where(pods))
+            return observe(Phase.STARTING, problem.reason if problem else R.WAITING_FOR_SERVER())
+        return observe(Phase.RUNNING, R.RUNNING_ON(where=_where(pods)))
     # Pending: which of the reasons to wait it is.
     queue = str((job.get("spec") or {}).get("queue") or "default")
     quota = _quota_event(events)
     if quota is not None:
-        return observe(Phase.PENDING, quota.text)
+        return observe(Phase.PENDING, quota.reason)
     problem = _first(
         pod_waiting(pod, _task(pod, job_name), now, pull_grace_seconds) for pod in pods
     )
     if problem is not None:
         if problem.permanent:
-            return observe(Phase.FAILED, problem.text)
-        return observe(Phase.PENDING if problem.quota else Phase.STARTING, problem.text)
+            return observe(Phase.FAILED, problem.reason)
+        return observe(Phase.PENDING if problem.quota else Phase.STARTING, problem.reason)
     unschedulable = _unschedulable(podgroup, pods)
     if unschedulable:
-        return observe(Phase.PENDING, f"waiting for resources: {unschedulable}")
+        return observe(Phase.PENDING, R.WAITING_FOR_RESOURCES(why=unschedulable))
     group_phase = str((podgroup or {}).get("status", {}).get("phase") or "")
     if group_phase in ("Inqueue", "Running") or pods:
         started = sum(1 for pod in pods if _pod_phase(pod) == "Running")
         wanted = int((job.get("spec") or {}).get("minAvailable") or 1)
         return observe(
-            Phase.STARTING, f"admitted by queue {queue}: {started} of {wanted} pods started"
+            Phase.STARTING, R.ADMITTED_BY_QUEUE(queue=queue, started=started, wanted=wanted)
         )
     failed_create = _failed_create_event(events)
     if failed_create:
-        return observe(Phase.PENDING, f"the cluster cannot create its pods: {failed_create}")
-    return observe(Phase.PENDING, f"waiting in queue {queue}")
+        return observe(Phase.PENDING, R.CANNOT_CREATE_PODS(why=_short(failed_create)))
+    return observe(Phase.PENDING, R.WAITING_IN_QUEUE(queue=queue))
 
 
 # --- Deployments (serving) ----------------------------------------------------------------------
@@ -195,33 +201,33 @@ def deployment_observation(
     meta = deployment.get("metadata", {})
     status = deployment.get("status") or {}
 
-    def observe(p: Phase, reason: str) -> Observation:
-        return Observation(workload_id, p, _short(reason), attempt=attempt)
+    def observe(p: Phase, reason: Reason) -> Observation:
+        return Observation(workload_id, p, reason, attempt=attempt)
 
     if meta.get("deletionTimestamp"):
-        return observe(Phase.STOPPED, "deleted on the cluster")
+        return observe(Phase.STOPPED, R.DELETED_ON_CLUSTER())
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     failure = conditions.get("ReplicaFailure")
     if failure and failure.get("status") == "True":
-        message = str(failure.get("message") or "")
+        message = _short(str(failure.get("message") or ""))
         if "exceeded quota" in message:
-            return observe(Phase.PENDING, "waiting: the namespace quota is exceeded: " + message)
-        return observe(Phase.PENDING, "the cluster cannot create its pods: " + message)
+            return observe(Phase.PENDING, R.NAMESPACE_QUOTA(detail=message))
+        return observe(Phase.PENDING, R.CANNOT_CREATE_PODS(why=message))
     wanted = int((deployment.get("spec") or {}).get("replicas") or 1)
     available = int(status.get("availableReplicas") or 0)
     if available:
-        return observe(Phase.RUNNING, f"serving with {available} of {wanted} replicas ready")
+        return observe(Phase.RUNNING, R.SERVING_WITH(available=available, wanted=wanted))
     progressing = conditions.get("Progressing")
     problem = _first(pod_waiting(pod, _name(pod), now, pull_grace_seconds) for pod in pods)
     if progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
-        words = problem.text if problem else str(progressing.get("message") or "")
-        return observe(Phase.FAILED, "did not become ready in time: " + words)
+        words = problem.reason if problem else plain(_short(str(progressing.get("message") or "")))
+        return observe(Phase.FAILED, R.NOT_READY_IN_TIME(why=words))
     if problem is not None:
-        return observe(Phase.FAILED if problem.permanent else Phase.STARTING, problem.text)
+        return observe(Phase.FAILED if problem.permanent else Phase.STARTING, problem.reason)
     unschedulable = _unschedulable(None, pods)
     if unschedulable:
-        return observe(Phase.PENDING, f"waiting for resources: {unschedulable}")
-    return observe(Phase.STARTING, f"starting {wanted} replica{'s' if wanted != 1 else ''}")
+        return observe(Phase.PENDING, R.WAITING_FOR_RESOURCES(why=unschedulable))
+    return observe(Phase.STARTING, R.STARTING_REPLICAS(n=wanted))
 
 
 # --- pods ---------------------------------------------------------------------------------------
@@ -231,8 +237,8 @@ def pod_failure(pod: Obj, task: str) -> PodProblem | None:
     """How a pod failed, if it did: evicted, out of memory, or a non-zero exit."""
     status = pod.get("status") or {}
     if status.get("reason") == "Evicted":
-        message = str(status.get("message") or "").strip()
-        return PodProblem(f"{task} was evicted" + (f": {message}" if message else ""))
+        message = _short(str(status.get("message") or "").strip())
+        return PodProblem(_detailed(R.POD_EVICTED(task=task), message))
     for container in status.get("containerStatuses") or []:
         for state_key in ("state", "lastState"):
             ended = (container.get(state_key) or {}).get("terminated")
@@ -243,17 +249,16 @@ def pod_failure(pod: Obj, task: str) -> PodProblem | None:
                 continue
             detail = str(ended.get("message") or "").strip()
             if ended.get("reason") == "OOMKilled":
-                text = f"{task} ran out of memory (OOMKilled, exit code {code})"
+                reason = R.POD_OOM(task=task, code=code)
             elif ended.get("signal"):
-                text = f"{task} was killed by signal {ended['signal']} (exit code {code})"
+                reason = R.POD_KILLED(task=task, signal=str(ended["signal"]), code=code)
             else:
-                text = f"{task} exited with code {code}"
-            if detail:
-                text += f": {detail.splitlines()[-1][:200]}"
-            return PodProblem(text, exit_code=code)
+                reason = R.POD_EXITED(task=task, code=code)
+            last = " ".join(detail.splitlines()[-1][:200].split()) if detail else ""
+            return PodProblem(_detailed(reason, last), exit_code=code)
     if status.get("phase") == "Failed":
-        message = str(status.get("message") or status.get("reason") or "").strip()
-        return PodProblem(f"{task} failed" + (f": {message}" if message else ""))
+        message = _short(str(status.get("message") or status.get("reason") or "").strip())
+        return PodProblem(_detailed(R.POD_FAILED(task=task), message))
     return None
 
 
@@ -264,32 +269,36 @@ def pod_waiting(pod: Obj, task: str, now: dt.datetime, grace: float) -> PodProbl
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
         reason = str(waiting.get("reason") or "")
-        message = str(waiting.get("message") or "").strip()
-        image = images.get(container.get("name")) or container.get("image") or "?"
+        message = _short(str(waiting.get("message") or "").strip())
+        image = str(images.get(container.get("name")) or container.get("image") or "?")
         if reason in BAD_IMAGE:
-            return PodProblem(f"the image {image} cannot be used ({reason}): {message}", True)
+            return PodProblem(R.BAD_IMAGE(image=image, why=reason, message=message), True)
         if reason in PULL_PROBLEMS:
             age = _age(pod, now)
-            text = f"cannot pull the image {image} ({reason})" + (f": {message}" if message else "")
+            pull = _detailed(R.CANNOT_PULL(image=image, why=reason), message)
             if age is not None and age > grace:
-                return PodProblem(f"{text}; gave up after {int(age)} s", permanent=True)
-            return PodProblem(text)
+                return PodProblem(R.GAVE_UP_AFTER(reason=pull, n=int(age)), permanent=True)
+            return PodProblem(pull)
         if reason in START_PROBLEMS:
-            return PodProblem(f"{task} cannot start ({reason}): {message}", permanent=False)
+            return PodProblem(
+                R.CANNOT_START(task=task, why=reason, message=message), permanent=False
+            )
         if reason == "CrashLoopBackOff":
             failure = pod_failure(pod, task)
+            crashing = R.KEEPS_CRASHING(task=task)
             return PodProblem(
-                f"{task} keeps crashing" + (f": {failure.text}" if failure else ""),
+                R.WITH_DETAIL(reason=crashing, detail=failure.reason) if failure else crashing,
                 exit_code=failure.exit_code if failure else None,
             )
     return None
 
 
-def _unschedulable(podgroup: Obj | None, pods: Sequence[Obj]) -> str:
+def _unschedulable(podgroup: Obj | None, pods: Sequence[Obj]) -> Reason | None:
     """The scheduler's own words on why the gang (or a pod) does not fit."""
     for condition in (podgroup or {}).get("status", {}).get("conditions") or []:
         if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-            return str(condition.get("message") or condition.get("reason") or "unschedulable")
+            words = str(condition.get("message") or condition.get("reason") or "")
+            return plain(_short(words)) if words else R.UNSCHEDULABLE()
     for pod in pods:
         for condition in (pod.get("status") or {}).get("conditions") or []:
             if (
@@ -297,8 +306,9 @@ def _unschedulable(podgroup: Obj | None, pods: Sequence[Obj]) -> str:
                 and condition.get("status") == "False"
                 and condition.get("reason") == "Unschedulable"
             ):
-                return str(condition.get("message") or "no node fits")
-    return ""
+                words = str(condition.get("message") or "")
+                return plain(_short(words)) if words else R.NO_NODE_FITS()
+    return None
 
 
 def _quota_event(events: Sequence[Obj]) -> PodProblem | None:
@@ -306,7 +316,7 @@ def _quota_event(events: Sequence[Obj]) -> PodProblem | None:
         message = str(event.get("message") or "")
         if "exceeded quota" in message:
             detail = message.split("exceeded quota:")[-1].strip()
-            return PodProblem(f"waiting: the namespace quota is exceeded: {detail}", quota=True)
+            return PodProblem(R.NAMESPACE_QUOTA(detail=_short(detail)), quota=True)
     return None
 
 
@@ -325,22 +335,23 @@ def _newest_first(events: Sequence[Obj]) -> list[Obj]:
     return sorted(events, key=when, reverse=True)
 
 
-def _completed_words(job: Obj) -> str:
+def _completed_words(job: Obj) -> Reason:
     succeeded = int((job.get("status") or {}).get("succeeded") or 0)
-    return (
-        f"completed ({succeeded} task{'s' if succeeded != 1 else ''} succeeded)"
-        if succeeded
-        else "completed"
-    )
+    return R.COMPLETED_TASKS(n=succeeded) if succeeded else R.COMPLETED()
 
 
-def _where(pods: Sequence[Obj]) -> str:
+def _where(pods: Sequence[Obj]) -> str | Reason:
     nodes = sorted({str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})
     if not nodes:
-        return "the cluster"
+        return R.THE_CLUSTER()
     if len(nodes) <= 3:
         return ", ".join(nodes)
-    return f"{len(nodes)} nodes ({', '.join(nodes[:3])}, …)"
+    return R.SOME_NODES(n=len(nodes), first=", ".join(nodes[:3]))
+
+
+def _detailed(reason: Reason, detail: str) -> Reason:
+    """``reason: detail`` when there are words from outside to add."""
+    return R.WITH_DETAIL(reason=reason, detail=detail) if detail else reason
 
 
 def is_ready(pod: Obj) -> bool:

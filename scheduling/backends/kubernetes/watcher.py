@@ -27,6 +27,7 @@ from typing import Any
 
 from kubernetes import watch
 
+from scheduling import reasons as R
 from scheduling.backends.base import BackendError, Observation, Phase
 from scheduling.backends.kubernetes import client as k
 from scheduling.backends.kubernetes import names, status
@@ -286,7 +287,7 @@ class Watcher:
                 if before is None or before.phase == Phase.UNKNOWN:
                     continue
                 observation = Observation(
-                    workload_id, Phase.UNKNOWN, "deleted from the cluster", attempt=before.attempt
+                    workload_id, Phase.UNKNOWN, R.DELETED_FROM_CLUSTER(), attempt=before.attempt
                 )
             if before is not None and _same(before, observation):
                 continue

@@ -143,7 +143,7 @@ class BackendContract:
         observation = wait_for(backend, handle, *TERMINAL_PHASES, timeout=self.wait_seconds)
         assert observation.phase == Phase.FAILED
         assert observation.exit_code == 3
-        assert "code 3" in observation.reason
+        assert "code 3" in str(observation.reason)
 
     def test_stopping_a_running_job_stops_it_and_leaves_nothing_running(
         self, backend: Backend, launch: Launch

@@ -124,7 +124,7 @@ def test_a_failing_worker_fails_the_gang_and_its_peers_are_killed(
     handle = backend.submit(job(command, workers=3))
     observation = wait_for(backend, handle, *TERMINAL_PHASES)
     assert observation.phase == Phase.FAILED
-    assert observation.reason == "worker 1 exited with code 3: worker one gives up"
+    assert str(observation.reason) == "worker 1 exited with code 3: worker one gives up"
     assert observation.exit_code == 3
     assert_none_left(root / handle.workload_id, timeout=GRACE + 3)
     assert handle.workload_id not in backend.running()
@@ -140,7 +140,7 @@ def test_a_job_that_ignores_sigterm_is_killed_once_the_grace_period_is_over(root
     backend.stop(handle)
     time.sleep(0.3)
     assert backend.observe([handle])[handle.workload_id].phase == Phase.RUNNING  # still deaf
-    assert wait_for(backend, handle, Phase.STOPPED, timeout=5).reason == "stopped on request"
+    assert str(wait_for(backend, handle, Phase.STOPPED, timeout=5).reason) == "stopped on request"
     assert_none_left(root, timeout=1)
 
 
@@ -190,7 +190,7 @@ def test_a_new_backend_over_the_same_root_reattaches_and_stops_the_job(root: Pat
     assert handle.workload_id in after_restart.running()
     assert after_restart.observe([bare])[handle.workload_id].phase == Phase.RUNNING
     after_restart.stop(bare)
-    assert wait_for(after_restart, bare, Phase.STOPPED).reason == "stopped on request"
+    assert str(wait_for(after_restart, bare, Phase.STOPPED).reason) == "stopped on request"
     assert "started" in all_logs(after_restart, bare)
     assert handle.workload_id not in before_restart.running()
 
@@ -214,7 +214,7 @@ def test_a_gang_left_half_started_by_a_crashed_portal_is_failed_and_killed(
     state = json.loads(state_file.read_text())
     state_file.write_text(json.dumps({**state, "workers": 2}))  # as if task 1 never started
     observation = backend.observe([handle])[handle.workload_id]
-    assert (observation.phase, observation.reason) == (
+    assert (observation.phase, str(observation.reason)) == (
         Phase.FAILED, "only 1 of 2 tasks were started",
     )  # fmt: skip
     assert_none_left(root / handle.workload_id, timeout=2)
@@ -228,7 +228,7 @@ def test_a_job_without_a_command_or_with_an_unknown_program_fails_plainly(
     handle = backend.submit(job(("no-such-program-here",)))
     observation = wait_for(backend, handle, *TERMINAL_PHASES)
     assert observation.phase == Phase.FAILED
-    assert observation.reason.startswith("worker 0 exited with code 127: quanta: cannot start")
+    assert str(observation.reason).startswith("worker 0 exited with code 127: quanta: cannot start")
 
 
 # -- GPUs ------------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ def test_a_notebook_that_dies_unasked_fails_with_its_code_and_last_words(
     handle = backend.submit(spec)
     observation = wait_for(backend, handle, *TERMINAL_PHASES)
     assert observation.phase == Phase.FAILED
-    assert observation.reason == "JupyterLab exited with code 2: cannot bind: port in use"
+    assert str(observation.reason) == "JupyterLab exited with code 2: cannot bind: port in use"
     assert backend.endpoint(handle) is None
 
 

@@ -54,7 +54,9 @@ def test_a_job_runs_for_its_simulated_duration_then_succeeds(sim, clock) -> None
     assert phase(sim, handle) == Phase.RUNNING
     clock.now += 2
     observation = sim.observe([handle])[handle.workload_id]
-    assert observation.phase == Phase.SUCCEEDED and "10 simulated minutes" in observation.reason
+    assert observation.phase == Phase.SUCCEEDED and "10 simulated minutes" in str(
+        observation.reason
+    )
     assert sim.running() == set()
 
 

@@ -252,7 +252,7 @@ def test_observe_reports_a_namespace_quota_from_the_jobs_events(
     )
     observation = backend.observe([handle])[handle.workload_id]
     assert observation.phase == Phase.PENDING
-    assert observation.reason.startswith("waiting: the namespace quota is exceeded")
+    assert str(observation.reason).startswith("waiting: the namespace quota is exceeded")
 
 
 def test_an_unknown_workload_is_observed_as_unknown(backend: KubernetesBackend) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from core.reasons import Reason
+from scheduling import reasons as R
 from scheduling.backends.base import Phase
 from scheduling.backends.kubernetes import names, status
 
@@ -63,10 +65,14 @@ def pod(
     }
 
 
+def text(reason: Reason | None) -> str:
+    return reason.text() if reason else ""
+
+
 def observe(obj: dict, **kw: Any) -> tuple[Phase, str, int | None]:
     observation = status.job_observation(obj, now=NOW, **kw)
     assert observation.workload_id == WORKLOAD
-    return observation.phase, observation.reason, observation.exit_code
+    return observation.phase, text(observation.reason), observation.exit_code
 
 
 UNSCHEDULABLE = {
@@ -160,7 +166,7 @@ def test_a_job_being_deleted_is_stopped() -> None:
 
 
 def test_the_last_failure_seen_explains_a_job_whose_pods_are_gone() -> None:
-    remembered = status.PodProblem("worker-2 exited with code 1", exit_code=1)
+    remembered = status.PodProblem(R.POD_EXITED(task="worker-2", code=1), exit_code=1)
     phase, reason, code = observe(job("Failed"), last_failure=remembered)
     assert (phase, reason, code) == (Phase.FAILED, "worker-2 exited with code 1", 1)
 
@@ -234,7 +240,7 @@ def deployment(**status_fields: Any) -> dict:
 
 def test_a_model_server_runs_once_a_replica_is_available() -> None:
     observation = status.deployment_observation(deployment(availableReplicas=1), now=NOW)
-    assert (observation.phase, observation.reason) == (
+    assert (observation.phase, text(observation.reason)) == (
         Phase.RUNNING,
         "serving with 1 of 2 replicas ready",
     )
@@ -253,7 +259,7 @@ def test_a_model_server_refused_by_the_quota_waits_and_one_past_its_deadline_fai
     )
     observation = status.deployment_observation(refused, now=NOW)
     assert observation.phase == Phase.PENDING
-    assert "namespace quota is exceeded" in observation.reason
+    assert "namespace quota is exceeded" in text(observation.reason)
     late = deployment(
         conditions=[
             {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
@@ -273,4 +279,5 @@ def test_a_model_server_refused_by_the_quota_waits_and_one_past_its_deadline_fai
     )  # fmt: skip
     observation = status.deployment_observation(late, pods=[crash], now=NOW)
     assert observation.phase == Phase.FAILED
-    assert "keeps crashing" in observation.reason and "exited with code 1" in observation.reason
+    words = text(observation.reason)
+    assert "keeps crashing" in words and "exited with code 1" in words

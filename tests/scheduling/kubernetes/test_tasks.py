@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from core.reasons import plain
+from scheduling import reasons as R
 from scheduling import tasks
 from scheduling.backends import registry
 from scheduling.backends.base import BackendError, Observation, Phase
@@ -201,19 +203,23 @@ def test_an_earlier_attempts_last_words_change_nothing(
     make_workload: Callable[..., Workload],
 ) -> None:
     workload = make_workload(attempt=1, max_retries=2)
-    reconcile.apply_observation(
-        workload, Observation(str(workload.pk), Phase.FAILED, "exit 1", attempt=0)
-    )
+    failed = Observation(str(workload.pk), Phase.FAILED, plain("exit 1"), attempt=0)
+    reconcile.apply_observation(workload, failed)
     workload.refresh_from_db()
     assert (workload.state, workload.attempt) == (State.STARTING, 1)
 
 
 def test_an_in_place_restart_of_a_running_job_shows(make_workload: Callable[..., Workload]) -> None:
     workload = make_workload(state=State.RUNNING)
-    reason = "restarting after worker-1 was evicted: preempted (restart 1 of 3)"
+    reason = R.RESTARTING_AFTER(
+        why=R.WITH_DETAIL(reason=R.POD_EVICTED(task="worker-1"), detail="preempted"), n=1, most=3
+    )
     reconcile.apply_observation(workload, Observation(str(workload.pk), Phase.STARTING, reason))
     workload.refresh_from_db()
-    assert (workload.state, workload.reason) == (State.STARTING, reason)
+    assert (workload.state, workload.reason) == (
+        State.STARTING,
+        "restarting after worker-1 was evicted: preempted (restart 1 of 3)",
+    )
 
 
 def test_the_resync_follows_workloads_and_stops_orphans(

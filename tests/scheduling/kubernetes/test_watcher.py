@@ -102,7 +102,7 @@ def test_the_watcher_follows_a_job_from_its_queue_to_its_end(
     watcher.wait_for(workload_id, Phase.RUNNING)
     set_job(api, name, "Completed", succeeded=2)
     done = watcher.wait_for(workload_id, Phase.SUCCEEDED)
-    assert done.reason == "completed (2 tasks succeeded)"
+    assert str(done.reason) == "completed (2 tasks succeeded)"
     stats = watcher.finish()
     assert watcher.phases(workload_id) == [
         Phase.PENDING,
@@ -179,7 +179,7 @@ def test_the_watcher_remembers_why_a_job_failed_after_its_pods_are_gone(
     api.remove("pods", NAMESPACE, pod["metadata"]["name"])  # Volcano's RestartJob deletes it
     set_job(api, name, "Failed", retryCount=3)
     failed = watcher.wait_for(handle.workload_id, Phase.FAILED)
-    assert (failed.reason, failed.exit_code) == (
+    assert (str(failed.reason), failed.exit_code) == (
         "failed after 3 restarts: master-0 exited with code 2",
         2,
     )
@@ -194,5 +194,5 @@ def test_a_deleted_workload_is_reported_unknown(
     watcher.wait_for(handle.workload_id, Phase.STARTING)
     api.remove("deployments", NAMESPACE, handle.state["name"])
     gone = watcher.wait_for(handle.workload_id, Phase.UNKNOWN)
-    assert gone.reason == "deleted from the cluster"
+    assert str(gone.reason) == "deleted from the cluster"
     watcher.finish()
