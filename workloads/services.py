@@ -120,7 +120,11 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
     if workload.owner_id != actor.pk:
         raise ValidationError({"workload": _("only its owner can extend an environment")})
     with transaction.atomic():
-        current = Workload.objects.select_for_update().select_related("grant").get(pk=workload.pk)
+        current = (
+            Workload.objects.select_for_update(of=("self",))
+            .select_related("grant")
+            .get(pk=workload.pk)
+        )
         grant = current.grant
         if current.state != State.RUNNING or grant is None:
             raise ValidationError({"workload": _("only a running environment can be extended")})
