@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.backends.registry import get_backend
 from scheduling.choices import BackendKind
 from scheduling.core.model import Job, Queue, Running, Taint, TaskRequest
 from scheduling.core.model import Node as CoreNode
@@ -41,7 +42,7 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from workloads import reasons as R
 from workloads import windows
-from workloads.choices import HOLDING, WAITING, AppKind, State
+from workloads.choices import HOLDING, WAITING, State
 from workloads.lifecycle import transition
 from workloads.models import Workload
 from workloads.specs import quota_request_for, resources_for
@@ -49,7 +50,6 @@ from workloads.specs import quota_request_for, resources_for
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUEUE = "default"
-LOCAL_APPS = (AppKind.JUPYTER, AppKind.TERMINAL, AppKind.TENSORBOARD)
 
 
 @dataclass
@@ -145,7 +145,8 @@ def schedule(cluster: Cluster) -> Decisions:
 def _screen(workload: Workload, cluster: Cluster, nodes: list[FreeNode]) -> bool:
     """Decide what needs no session; True if the workload goes into the session."""
     grant, template = workload.grant, workload.template
-    if cluster.backend == BackendKind.LOCAL and template and template.kind not in LOCAL_APPS:
+    apps = get_backend(cluster).apps
+    if template and apps is not None and template.kind not in apps:
         transition(
             workload,
             State.REJECTED,

@@ -136,6 +136,9 @@ class BackendError(Exception):
 
 class Backend(Protocol):
     kind: str
+    # The template kinds (``WorkloadSpec.app``) it can run; None: every kind. Admission
+    # refuses the others at once, with the reason, instead of failing them at submit.
+    apps: frozenset[str] | None
 
     def submit(self, spec: WorkloadSpec) -> Handle:
         """Start the workload (all tasks, or none). Idempotent by (workload_id, attempt)."""

@@ -60,6 +60,7 @@ STATE_FILE = "state.json"
 STATE_VERSION = 1
 
 NOTEBOOK_APPS = frozenset({"jupyter", "terminal"})
+APPS = NOTEBOOK_APPS | {"tensorboard"}  # tensorboard where it is installed (checked at submit)
 KUBERNETES_ONLY_APPS = frozenset({"vscode", "pycharm-desktop"})
 
 # The portal's own environment carries its secrets (database URL, secret key): workloads get
@@ -86,6 +87,7 @@ class LocalBackend:
     """Runs notebooks (JupyterLab) and jobs (N gang-started processes) on this host."""
 
     kind = "local"
+    apps: frozenset[str] | None = APPS
 
     def __init__(
         self,

@@ -64,6 +64,7 @@ GPU_MEMORY_BY_MODEL = {
 
 class SimulatedBackend:
     kind = "simulated"
+    apps: frozenset[str] | None = None  # paper workloads: any kind "runs"
 
     def __init__(
         self,

@@ -16,10 +16,12 @@ from scheduling.backends.base import (
     Phase,
     WorkloadSpec,
 )
+from scheduling.backends.local import APPS as LOCAL_APPS
 
 
 class FakeBackend:
     kind = "fake"
+    apps: frozenset[str] | None = LOCAL_APPS  # it stands in for this host's backend
 
     def __init__(self) -> None:
         self.specs: dict[str, WorkloadSpec] = {}

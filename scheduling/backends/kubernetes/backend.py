@@ -55,6 +55,7 @@ class KubernetesBackend:
     """Runs notebooks, training jobs and model servers on Kubernetes with Volcano."""
 
     kind = "kubernetes"
+    apps: frozenset[str] | None = None  # whatever the template's image runs
     # With ``retries_by: volcano`` Volcano restarts failed jobs itself (up to max_retries): the
     # portal should then not start new attempts of its own.
     restarts_failed_jobs = False
