@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP through Django (except the notebook proxy, /nb/…), WebSockets through
-Channels (authenticated)."""
+"""ASGI entry point: HTTP through Django behind the concurrency gate (``portal/overload.py``;
+the notebook proxy, /nb/…, beside it), WebSockets through Channels (authenticated)."""
 
 import os
 
@@ -11,14 +11,20 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from portal.overload import ConcurrencyGate  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 from workloads.routing import http_urlpatterns as notebook_http_urlpatterns  # noqa: E402
 
+gated_django = ConcurrencyGate(
+    django_asgi_app, limit=settings.WEB_CONCURRENCY, wait_seconds=settings.WEB_QUEUE_SECONDS
+)
+
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter([*notebook_http_urlpatterns, re_path(r"", django_asgi_app)]),
+        "http": URLRouter([*notebook_http_urlpatterns, re_path(r"", gated_django)]),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -74,6 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.overload.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -114,7 +115,11 @@ _database_url = envurl(
     ("sqlite", "postgres", "postgresql", "postgis"),
 )
 try:
-    _db = dj_database_url.parse(_database_url, conn_max_age=0)
+    _db = dj_database_url.parse(
+        _database_url,
+        conn_max_age=envint("DB_CONN_MAX_AGE", 0, minimum=0),
+        conn_health_checks=True,
+    )
 except ValueError as exc:
     raise ConfigError("DATABASE_URL", str(exc)) from exc
 if _db["ENGINE"].endswith("sqlite3"):
@@ -124,6 +129,13 @@ if _db["ENGINE"].endswith("sqlite3"):
     # instead of failing at once with "database is locked" when both upgrade their reads.
     _db.setdefault("OPTIONS", {}).update(timeout=20, transaction_mode="IMMEDIATE")
 DATABASES = {"default": _db}
+
+# The web process's database budget: at most WEB_CONCURRENCY requests are in Django at once
+# (each holds a thread and a connection); the next wait WEB_QUEUE_SECONDS, then get 503 with
+# Retry-After (portal/overload.py). Keep WEB_CONCURRENCY × web processes + workers below
+# PostgreSQL's max_connections (100 by default).
+WEB_CONCURRENCY = envint("WEB_CONCURRENCY", 32, minimum=1)
+WEB_QUEUE_SECONDS = envint("WEB_QUEUE_SECONDS", 10, minimum=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, channel layer, cache ----------------------------------------------
