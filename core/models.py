@@ -1,4 +1,5 @@
-"""The audit log: one row for every state change made through a service function."""
+"""The audit log (one row for every state change made through a service function) and the
+idempotency keys of create requests."""
 
 from __future__ import annotations
 
@@ -51,3 +52,28 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.target_repr}"
+
+
+class IdempotencyKey(models.Model):
+    """A create request a client may retry: the first answer, kept for the same key.
+
+    Written in the same transaction as what the request created, so a retry after a lost
+    answer finds either both (and gets the first answer again) or neither (and creates it
+    once). Keys are per person and kept for ``core.idempotency.KEEP``.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    scope = models.CharField(max_length=200)  # "POST /api/v1/workloads/launch/"
+    fingerprint = models.CharField(max_length=64)  # sha256 of the request body
+    status = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.key}"

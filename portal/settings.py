@@ -166,8 +166,27 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a worker killed mid-task: the task is redelivered
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True  # a task that failed for good is not redelivered
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# At least once, within a minute: a message taken by a worker that died unacknowledged goes
+# back to the queue after CELERY_VISIBILITY_TIMEOUT seconds (kombu's default is an hour).
+# Longer tasks are redelivered while they still run; ours are idempotent, and the Kubernetes
+# watcher holds a lock, so a second copy declines at once. What Redis loses outright (a
+# restart with nothing on disk) the periodic reconcile repairs.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 50, minimum=5),
+}
+# A broker that is down fails a publish within about a second (it is logged, and the sweeper
+# repairs), instead of holding the request that committed for kombu's default retries.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TIMEZONE = "UTC"
 

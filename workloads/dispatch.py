@@ -7,25 +7,52 @@ workload never enqueues anything itself (and never imports the tasks):
 - into ``Starting`` from the line, or a new attempt of a job → ``submit`` to the backend
   (not a backend's own in-place restart, nor a new reason while it starts);
 - into ``Stopping``           → ``stop`` on the backend (re-sent by ``reconcile`` if lost).
+
+The commit has happened when this runs: a broker that is down or refuses a message must not
+turn the request into an error. Such a task is logged and left to the sweeper (the periodic
+reconcile admits what waits, hands over again what was admitted but never submitted, and
+re-sends stops that were not confirmed).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+
+from celery import Task
 
 from workloads import tasks
 from workloads.choices import WAITING, State
 from workloads.lifecycle import Transition
 
+logger = logging.getLogger(__name__)
+
 
 def dispatch(transitions: Sequence[Transition]) -> None:
     for change in transitions:
-        workload_id = str(change.workload.pk)
-        if change.before == "" and change.after in WAITING:
-            tasks.admit.delay(workload_id)
-        elif change.after == State.STARTING and (
-            change.before in WAITING or "attempt" in change.changed
-        ):
-            tasks.submit.delay(workload_id)
-        elif change.after == State.STOPPING and change.before != State.STOPPING:
-            tasks.stop.delay(workload_id)
+        task = task_for(change)
+        if task is not None:
+            _enqueue(task, str(change.workload.pk))
+
+
+def task_for(change: Transition) -> Task | None:
+    """The task a committed transition calls for, if any."""
+    if change.before == "" and change.after in WAITING:
+        return tasks.admit
+    if change.after == State.STARTING and (change.before in WAITING or "attempt" in change.changed):
+        return tasks.submit
+    if change.after == State.STOPPING and change.before != State.STOPPING:
+        return tasks.stop
+    return None
+
+
+def _enqueue(task: Task, workload_id: str) -> None:
+    try:
+        task.delay(workload_id)
+    except Exception as exc:  # kombu's errors vary by transport; none may reach the request
+        logger.warning(
+            "could not enqueue %s for %s (%s): the periodic reconcile will pick it up",
+            task.name,
+            workload_id,
+            exc,
+        )

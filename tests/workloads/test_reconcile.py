@@ -234,3 +234,24 @@ def test_a_rolled_back_transaction_tells_nobody(world, catalog) -> None:
         assert job.state == State.PENDING
     finally:
         lifecycle._listeners.remove(listener)
+
+
+@pytest.mark.django_db
+def test_a_broker_that_is_down_after_commit_is_not_an_error_and_the_sweeper_catches_up(
+    world, catalog, backend, run, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    from kombu.exceptions import OperationalError
+    from rest_framework.test import APIClient
+
+    def down(*args: object) -> None:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks.admit, "delay", down)
+    client = APIClient()
+    client.force_authenticate(world.bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/v1/workloads/launch/", {"template": "jupyter"}, format="json")
+    assert response.status_code == 201 and response.json()["state"] == State.PENDING
+    run(services.admit_queued)  # the beat's reconcile, once the broker is back
+    workload = Workload.objects.get(pk=response.json()["id"])
+    assert workload.state == State.STARTING and backend.submits == [(str(workload.pk), 0)]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -13,6 +16,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import idempotency
 from scheduling.backends.registry import get_backend
 from workloads import catalog, grants, services
 from workloads.api import serializers as s
@@ -20,6 +24,14 @@ from workloads.choices import WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 from workloads.permissions import can_control, visible_workloads
 from workloads.specs import handle_for
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    idempotency.HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    description="Any unique string (a UUID): a retry with the same key gets the first answer "
+    "and creates nothing more (kept 24 hours).",
+)
 
 
 class CatalogPermission(permissions.BasePermission):
@@ -153,31 +165,70 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             "owner", "tenant", "cluster", "template", "flavor"
         )
 
-    @extend_schema(request=s.LaunchSerializer, responses={201: s.WorkloadSerializer})
+    @extend_schema(
+        request=s.LaunchSerializer,
+        responses={201: s.WorkloadSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+    )
     @action(detail=False, methods=["post"])
     def launch(self, request: Request) -> Response:
-        """Launch an environment from a granted template."""
-        body = s.LaunchSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        workload = services.launch_environment(actor=request.user, **body.validated_data)
-        return Response(
-            self.get_serializer(self._fresh(workload)).data, status=status.HTTP_201_CREATED
-        )
+        """Launch an environment from a granted template. With an ``Idempotency-Key`` header,
+        a retry gets the first answer and launches nothing more."""
 
-    @extend_schema(request=s.JobSerializer, responses={201: s.WorkloadSerializer})
+        def create() -> Workload:
+            body = s.LaunchSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            return services.launch_environment(actor=request.user, **body.validated_data)
+
+        return self._created(request, create)
+
+    @extend_schema(
+        request=s.JobSerializer, responses={201: s.WorkloadSerializer}, parameters=[IDEMPOTENCY_KEY]
+    )
     @action(detail=False, methods=["post"])
     def jobs(self, request: Request) -> Response:
-        """Submit a training job (``workers`` > 1: distributed, all-or-nothing)."""
-        body = s.JobSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = dict(body.validated_data)
-        tenant = services.member_tenants(request.user).filter(slug=data.pop("tenant")).first()
-        if tenant is None:
-            raise ValidationError({"tenant": _("not one of your classes or projects")})
-        workload = services.submit_job(actor=request.user, tenant=tenant, **data)
-        return Response(
-            self.get_serializer(self._fresh(workload)).data, status=status.HTTP_201_CREATED
-        )
+        """Submit a training job (``workers`` > 1: distributed, all-or-nothing). With an
+        ``Idempotency-Key`` header, a retry gets the first answer and submits nothing more."""
+
+        def create() -> Workload:
+            body = s.JobSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            data = dict(body.validated_data)
+            tenant = services.member_tenants(request.user).filter(slug=data.pop("tenant")).first()
+            if tenant is None:
+                raise ValidationError({"tenant": _("not one of your classes or projects")})
+            return services.submit_job(actor=request.user, tenant=tenant, **data)
+
+        return self._created(request, create)
+
+    def _created(self, request: Request, create: Callable[[], Workload]) -> Response:
+        """201 with the new workload; once per ``Idempotency-Key`` (``core.idempotency``)."""
+
+        def run() -> idempotency.Answer:
+            workload = create()
+            data = self.get_serializer(self._fresh(workload)).data
+            return idempotency.Answer(
+                status.HTTP_201_CREATED, json.loads(json.dumps(data, cls=DjangoJSONEncoder))
+            )
+
+        key = request.headers.get(idempotency.HEADER)
+        if key is None:
+            answer = run()
+        else:
+            try:
+                answer = idempotency.once(
+                    user=request.user,
+                    key=key,
+                    scope=f"{request.method} {request.path}",
+                    body=request.data,
+                    run=run,
+                )
+            except idempotency.IdempotencyError as exc:
+                return Response({"detail": str(exc)}, status=exc.status)
+        response = Response(answer.body, status=answer.status)
+        if answer.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
 
     def _fresh(self, workload: Workload) -> Workload:
         return self.get_queryset().get(pk=workload.pk)
