@@ -18,7 +18,10 @@ from workloads.routing import http_urlpatterns as notebook_http_urlpatterns  # n
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter([*notebook_http_urlpatterns, re_path(r"", django_asgi_app)]),
+        # Channels routes ASGI applications with Django's re_path; the stubs only know views.
+        "http": URLRouter(
+            [*notebook_http_urlpatterns, re_path(r"", django_asgi_app)]  # type: ignore[arg-type]
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
