@@ -8,12 +8,14 @@ subtrees they administer; everybody else gets 403.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, Model
+from django.db.models import Count, Field, Model
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,6 +25,7 @@ from django.utils.translation import gettext_lazy
 from core.guards import console_context, superuser_required
 from core.models import AuditEvent
 from tenants import services as tenant_services
+from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Quota, Tenant
 from tenants.permissions import Access, administers_anything
 from workloads.models import AppTemplate, Flavor, Image
@@ -42,7 +45,7 @@ TREE_COLUMNS = (
 
 
 @login_required
-def tenant_tree(request: HttpRequest) -> HttpResponse:
+def tenant_tree(request: AuthenticatedHttpRequest) -> HttpResponse:
     access = Access.of(request.user)
     if not administers_anything(access):
         raise PermissionDenied(_("Only administrators see the tenant tree."))
@@ -71,7 +74,7 @@ def tenant_tree(request: HttpRequest) -> HttpResponse:
                     for limit, used, _heading in TREE_COLUMNS
                 ],
                 "member_limits": [
-                    (Quota._meta.get_field(name).verbose_name, getattr(quota, name))
+                    (_quota_field(name).verbose_name, getattr(quota, name))
                     for name in (
                         "member_gpus",
                         "member_environments",
@@ -101,8 +104,15 @@ def _quota_of(tenant: Tenant) -> Quota:
         return Quota(tenant=tenant)
 
 
+def _quota_field(name: str) -> Field[Any, Any]:
+    """A column of Quota: its limits are plain fields, never relations."""
+    field = Quota._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
 def _limit_label(name: str) -> str:
-    return str(Quota._meta.get_field(name).verbose_name)
+    return str(_quota_field(name).verbose_name)
 
 
 class QuotaForm(forms.ModelForm):
@@ -114,7 +124,7 @@ class QuotaForm(forms.ModelForm):
 
 
 @login_required
-def quota_edit(request: HttpRequest, slug: str) -> HttpResponse:
+def quota_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     tenant = get_object_or_404(Tenant, slug=slug)
     access = Access.of(request.user)
     if not access.can_view(tenant):
@@ -161,7 +171,7 @@ def quota_edit(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     access = Access.of(request.user)
     if not administers_anything(access):
         raise PermissionDenied(_("Only administrators read the audit log."))

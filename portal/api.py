@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.models import AuditEvent
+from tenants.models import Tenant, User
 from tenants.permissions import Access
 
 
@@ -23,9 +24,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return drf_exception_handler(exc, context)
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = AuditEvent
@@ -43,7 +48,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
     """The audit log: admins see their subtree's events, everyone their own actions."""
 
     queryset = AuditEvent.objects.none()  # for the schema; requests use get_queryset

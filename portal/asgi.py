@@ -24,7 +24,10 @@ gated_django = ConcurrencyGate(
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter([*notebook_http_urlpatterns, re_path(r"", gated_django)]),
+        # Channels routes ASGI applications with Django's re_path; the stubs only know views.
+        "http": URLRouter(
+            [*notebook_http_urlpatterns, re_path(r"", gated_django)]  # type: ignore[arg-type]
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

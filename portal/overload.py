@@ -35,7 +35,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # Django's handler types its arguments its own way
 
 RETRY_AFTER_SECONDS = 2
 UNGATED_PREFIXES = ("/healthz", "/readyz", "/static/", "/nb/")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,13 +295,13 @@ def free_nodes(cluster: Cluster, *, lock: bool) -> list[FreeNode]:
     if lock:
         nodes_qs = nodes_qs.select_for_update()
     nodes = list(nodes_qs)
-    node_use = {
+    node_use: dict[int, Mapping[str, Any]] = {
         row["node"]: row
         for row in Allocation.objects.filter(node__in=nodes)
         .values("node")
         .annotate(cpu=Sum("cpu_milli"), mem=Sum("memory_mib"))
     }
-    device_use = {
+    device_use: dict[int, Mapping[str, Any]] = {
         row["device"]: row
         for row in Allocation.objects.filter(node__in=nodes, device__isnull=False)
         .values("device")

@@ -71,6 +71,10 @@ class Node(models.Model):
 
     objects = NodeQuerySet.as_manager()
 
+    # Not columns: annotations of NodeQuerySet.with_allocations().
+    allocated_cpu_milli: int
+    allocated_memory_mib: int
+
     class Meta:
         ordering = ["cluster", "name"]
         constraints = [
@@ -100,6 +104,9 @@ class GpuDevice(models.Model):
     mig_profiles = models.JSONField(default=list, blank=True)
 
     objects = GpuDeviceQuerySet.as_manager()
+
+    # Not a column: the annotation of GpuDeviceQuerySet.with_allocated().
+    allocated_milli: int
 
     class Meta:
         ordering = ["node", "index"]
@@ -161,6 +168,9 @@ class Queue(models.Model):
     )
     reclaimable = models.BooleanField(default=True)
     is_open = models.BooleanField(default=True)
+
+    # Not a column: the deserved share in percent, set for the console's queues page.
+    share: int
 
     class Meta:
         ordering = ["cluster", "name"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext_lazy as _
@@ -37,11 +38,11 @@ class WhatIfForm(forms.Form):
     seeds = forms.IntegerField(min_value=1, max_value=whatif.MAX_SEEDS, initial=1, label=_("Seeds"))
 
 
-def _text(upload: object) -> str:
+def _text(upload: UploadedFile | None) -> str:
     if upload is None:
         return ""
     try:
-        return upload.read().decode("utf-8-sig")  # type: ignore[attr-defined, no-any-return]
+        return upload.read().decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ValidationError({"pods": _("the file is not UTF-8 text")}) from None
 

@@ -8,7 +8,7 @@ from tenants.models import ApiToken, Membership, Quota, Tenant, User
 @admin.register(User)
 class QuantaUserAdmin(UserAdmin):
     fieldsets = (
-        *UserAdmin.fieldsets,
+        *(UserAdmin.fieldsets or ()),  # the stubs allow None; Django's UserAdmin sets them
         ("Quanta", {"fields": ("display_name", "student_number", "language", "time_zone")}),
     )
     list_display = ("username", "display_name", "email", "student_number", "is_superuser")

@@ -1,3 +1,5 @@
+from typing import Any, cast
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -31,11 +33,12 @@ class PreferencesForm(forms.Form):
         help_text=_("An IANA name such as Asia/Shanghai; empty: the portal's default."),
     )
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         from django.conf import settings
 
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.fields["language"].choices = [("", _("Browser default")), *settings.LANGUAGES]
+        super().__init__(*args, **kwargs)
+        language = cast(forms.ChoiceField, self.fields["language"])  # declared above
+        language.choices = [("", _("Browser default")), *settings.LANGUAGES]
 
     def clean_time_zone(self) -> str:
         import zoneinfo

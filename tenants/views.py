@@ -14,12 +14,13 @@ from django.views.decorators.http import require_POST
 
 from tenants import roster, services
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm
+from tenants.http import AuthenticatedHttpRequest
 from tenants.models import ApiToken, Membership, Tenant
 from tenants.permissions import Access
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     memberships = (
         Membership.objects.filter(user=request.user)
         .select_related("tenant", "tenant__quota")
@@ -43,7 +44,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST or None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
@@ -67,7 +68,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def revoke_token(request: HttpRequest, pk: int) -> HttpResponse:
+def revoke_token(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     services.revoke_api_token(actor=request.user, token=token)
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
@@ -75,7 +76,7 @@ def revoke_token(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def roster_import(request: HttpRequest) -> HttpResponse:
+def roster_import(request: AuthenticatedHttpRequest) -> HttpResponse:
     if not Access.of(request.user).manages_anything():
         return HttpResponseForbidden(_("Only teachers and admins import rosters."))
     form = RosterForm(request.POST or None, request.FILES or None)
@@ -95,7 +96,7 @@ def roster_import(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def preferences(request: HttpRequest) -> HttpResponse:
+def preferences(request: AuthenticatedHttpRequest) -> HttpResponse:
     user = request.user
     form = PreferencesForm(
         request.POST or None,

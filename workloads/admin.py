@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload, WorkloadEvent
 
@@ -43,8 +44,8 @@ class WorkloadAdmin(admin.ModelAdmin):
     search_fields = ("name", "owner__username")
     inlines = [EventInline]
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Workload | None = None) -> bool:
         return False
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

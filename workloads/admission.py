@@ -20,6 +20,7 @@ listener after commit (``workloads.dispatch``).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling.backends.base import Resources
 from scheduling.backends.registry import get_backend
 from scheduling.choices import BackendKind
+from scheduling.core.model import Eviction as CoreEviction
 from scheduling.core.model import Job, Queue, Running, Taint, TaskRequest
 from scheduling.core.model import Node as CoreNode
 from scheduling.core.model import Resources as CoreResources
@@ -285,14 +288,14 @@ def _running(
             "tenant", "flavor"
         )
     }
-    rows: dict[tuple[object, int], list[Allocation]] = defaultdict(list)
+    rows: dict[tuple[uuid.UUID, int], list[Allocation]] = defaultdict(list)
     for row in (
         Allocation.objects.filter(workload__in=list(holding))
         .select_related("node", "device")
         .order_by("workload", "task", "pk")
     ):
         rows[(row.workload_id, row.task)].append(row)
-    by_workload: dict[object, list[tuple[TaskRequest, str, tuple[int, ...]]]] = defaultdict(list)
+    by_workload: dict[uuid.UUID, list[tuple[TaskRequest, str, tuple[int, ...]]]] = defaultdict(list)
     for (workload_id, task), parts in rows.items():
         devices = tuple(p.device.index for p in parts if p.device)
         milli = next((p.gpu_milli for p in parts if p.device), 0)
@@ -304,7 +307,7 @@ def _running(
             gpu_milli=milli if devices else 0,
         )
         by_workload[workload_id].append((request, parts[0].node.name, devices))
-    running = []
+    running: list[Running] = []
     for workload_id, tasks in by_workload.items():
         workload = holding[workload_id]
         queue = queue_of(workload.tenant) or DEFAULT_QUEUE
@@ -320,11 +323,11 @@ def _running(
     return running
 
 
-def _evictions(evictions: Iterable[object]) -> list[Eviction]:
+def _evictions(evictions: Iterable[CoreEviction]) -> list[Eviction]:
     """The workloads the session took resources back from (once per workload)."""
     found: dict[str, R.Reason] = {}
     for eviction in evictions:
-        job, reason = eviction.job, eviction.reason  # type: ignore[attr-defined]
+        job, reason = eviction.job, eviction.reason
         found.setdefault(job, reason)
     victims = Workload.objects.filter(pk__in=list(found)).select_related("owner")
     return [Eviction(v, _eviction_reason(found[str(v.pk)])) for v in victims]
@@ -399,7 +402,7 @@ def _why_waiting(
     nodes: list[FreeNode],
     session_reason: R.Reason | None,
     evicting: bool,
-    res: object,
+    res: Resources,
 ) -> R.Reason | None:
     if evicting:
         return R.WAITING_FOR_PREEMPTED()
@@ -409,7 +412,7 @@ def _why_waiting(
     placement = place(
         nodes,
         res,
-        workload.workers,  # type: ignore[arg-type]
+        workload.workers,
         workload.cluster.placement_policy,
     )
     if not placement.placed:

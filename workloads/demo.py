@@ -53,7 +53,7 @@ FLAVORS = [
         "gpu_models": ["V100M16", "V100M32"],
     },
 ]
-TEMPLATES = [
+TEMPLATES: list[dict[str, Any]] = [
     {
         "slug": "jupyter-pytorch",
         "name": "JupyterLab · PyTorch",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -15,7 +15,8 @@ class LaunchForm(forms.Form):
 
     def __init__(self, *args: Any, flavors: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["flavor"].queryset = flavors if flavors is not None else Flavor.objects.none()
+        flavor = cast("forms.ModelChoiceField[Flavor]", self.fields["flavor"])  # declared above
+        flavor.queryset = flavors if flavors is not None else Flavor.objects.none()
 
 
 class JobForm(forms.Form):
@@ -45,8 +46,10 @@ class JobForm(forms.Form):
 
     def __init__(self, *args: Any, tenants: Any = None, flavors: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].queryset = tenants if tenants is not None else Tenant.objects.none()
-        self.fields["flavor"].queryset = flavors if flavors is not None else Flavor.objects.none()
+        tenant = cast("forms.ModelChoiceField[Tenant]", self.fields["tenant"])  # declared above
+        flavor = cast("forms.ModelChoiceField[Flavor]", self.fields["flavor"])
+        tenant.queryset = tenants if tenants is not None else Tenant.objects.none()
+        flavor.queryset = flavors if flavors is not None else Flavor.objects.none()
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

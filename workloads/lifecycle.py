@@ -56,7 +56,7 @@ def transition(
     to: str,
     *,
     actor: Any = None,
-    reason: Reason | str = "",
+    reason: Reason | str | None = "",
     **fields: Any,
 ) -> bool:
     """Move ``workload`` to ``to`` if its current state allows; True if it moved.
@@ -64,8 +64,8 @@ def transition(
     ``fields`` are saved with the move (``exit_code``, ``backend_state``, …). Moving a
     workload to the state it is already in only updates the reason (a queued workload's
     reason changes as the cause of waiting does), without an event when nothing changed.
-    ``reason`` (``workloads.reasons``; a plain str is stored as code ``text``) is stored as its
-    code, its parameters and its English text.
+    ``reason`` (``workloads.reasons``; a plain str is stored as code ``text``; None or "": no
+    reason) is stored as its code, its parameters and its English text.
     """
     code, params, text = stored(reason)
     allowed = TRANSITIONS[to]
@@ -181,7 +181,7 @@ def _announce(change: Transition) -> None:
     hooks = connection.run_on_commit
     if batch is None or batch.delivered or not hooks or hooks[-1][1] is not batch:
         batch = _Batch()
-        connection._quanta_transitions = batch  # type: ignore[attr-defined]
+        connection._quanta_transitions = batch
         transaction.on_commit(batch)
     batch.transitions.append(change)
 

@@ -172,6 +172,9 @@ class Grant(models.Model):
 
     objects = GrantQuerySet.as_manager()
 
+    # Not a column: set on fetched grants for the pages (workloads.teaching.queries).
+    windows_text: str
+
     class Meta:
         ordering = ["tenant", "template"]
 
@@ -233,6 +236,13 @@ class Workload(models.Model):
     charged = models.BooleanField(default=False)
     # The backend's own record (processes, ports, object names): JSON, never shown to users.
     backend_state = models.JSONField(default=dict, blank=True)
+
+    # Not columns: set on fetched workloads for the pages (workloads.teaching.queries: the
+    # class dashboard; workloads.views: My Desktop).
+    gpu_hours_now: Decimal
+    idle_minutes: int | None
+    minutes_left: int | None
+    open_suffix: str
 
     class Meta:
         ordering = ["-created_at"]

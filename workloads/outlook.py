@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from django.utils import timezone
 
@@ -37,6 +37,14 @@ class Outlook:
     free_gpus: Decimal = Decimal(0)  # whole-GPU equivalents free on the cluster now
     free_cpu_cores: Decimal = Decimal(0)
     quota_left: dict[str, Decimal] = field(default_factory=dict)  # tightest room per resource
+
+
+class _Room(TypedDict):
+    """The fields of an Outlook that every answer carries."""
+
+    free_gpus: Decimal
+    free_cpu_cores: Decimal
+    quota_left: dict[str, Decimal]
 
 
 @dataclass
@@ -114,7 +122,7 @@ def _one(
         memory_mib=flavor.memory_mib,
         environments=1,
     )
-    common = {
+    common: _Room = {
         "free_gpus": view.free_gpus,
         "free_cpu_cores": view.free_cpu,
         "quota_left": _room(levels),

@@ -30,6 +30,7 @@ from django.utils.translation import gettext_lazy as _
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin
 
 from core.language import reader_language
 from scheduling.backends.base import Endpoint, Handle
@@ -187,9 +188,9 @@ def _header(scope: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def origin_of(url: str) -> str:
+def origin_of(url: str) -> Origin:
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    return Origin(f"{parts.scheme}://{parts.netloc}")
 
 
 def origin_allowed(scope: dict[str, Any]) -> bool:
@@ -432,7 +433,7 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         self.body_size += len(chunk)
         if self.body_size > MAX_REQUEST_BODY_BYTES:
             self.too_large = True
-            self.body = []
+            self.body: list[bytes] = []  # AsyncHttpConsumer's buffered chunks
             message = {**message, "body": b""}
         await super().http_request(message)
 

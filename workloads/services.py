@@ -197,7 +197,9 @@ def expire_grants(today: dt.date | None = None) -> int:
     for workload in Workload.objects.filter(
         state__in=(*WAITING, *HOLDING), grant__expires_on__lt=today
     ).exclude(state=State.STOPPING):
-        reason = R.GRANT_EXPIRED(date=str(workload.grant.expires_on))  # type: ignore[union-attr]
+        grant = workload.grant
+        assert grant is not None  # the query takes workloads of an expired grant only
+        reason = R.GRANT_EXPIRED(date=str(grant.expires_on))
         if workload.state in WAITING:
             ended += transition(workload, State.REJECTED, reason=reason)
         else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from scheduling.backends.base import BackendError
 from scheduling.choices import BackendKind
@@ -43,7 +43,7 @@ def admit(workload_id: str) -> str:
 
 
 @shared_task(name="quanta.cluster.submit", acks_late=True, bind=True, max_retries=5)
-def submit(self, workload_id: str) -> None:  # type: ignore[no-untyped-def]
+def submit(self: Task, workload_id: str) -> None:
     try:
         loop.submit(workload_id)
     except BackendError as exc:
@@ -55,7 +55,7 @@ def submit(self, workload_id: str) -> None:  # type: ignore[no-untyped-def]
 
 
 @shared_task(name="quanta.cluster.stop", acks_late=True, bind=True, max_retries=5)
-def stop(self, workload_id: str) -> None:  # type: ignore[no-untyped-def]
+def stop(self: Task, workload_id: str) -> None:
     try:
         loop.stop_on_backend(workload_id)
     except BackendError as exc:

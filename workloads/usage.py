@@ -69,6 +69,7 @@ def usage(
     )
     for workload in held:
         start, end = workload.started_at, workload.finished_at or now
+        assert start is not None  # the query above takes started work only
         gpus = workload.flavor.gpu_equivalents * workload.workers
         cores = Decimal(workload.flavor.cpu_milli) / 1000 * workload.workers
         for period in rows:

@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
+from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
 from workloads import services
 from workloads.choices import ACTIVE
@@ -30,7 +31,7 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
 
 
 @login_required
-def app_center(request: HttpRequest) -> HttpResponse:
+def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
     grants = list(services.grants_for(request.user))
     seen = outlooks(request.user, grants) if grants else {}
     cards = []
@@ -53,7 +54,7 @@ def app_center(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def launch(request: HttpRequest, slug: str) -> HttpResponse:
+def launch(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     template = get_object_or_404(AppTemplate, slug=slug, is_active=True)
     form = LaunchForm(request.POST, flavors=Flavor.objects.filter(is_active=True))
     if not form.is_valid():
@@ -70,7 +71,7 @@ def launch(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-def workload_list(request: HttpRequest) -> HttpResponse:
+def workload_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     workloads = Workload.objects.filter(visible_workloads(request.user)).select_related(
         "owner", "tenant", "template", "flavor"
     )[:200]
@@ -90,7 +91,7 @@ def _controlled(request: HttpRequest, pk: str) -> Workload:
 
 
 @login_required
-def workload_detail(request: HttpRequest, pk: str) -> HttpResponse:
+def workload_detail(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
     workload = _controlled(request, pk)
     try:
         task = max(0, min(int(request.GET.get("task", 0)), workload.workers - 1))
@@ -114,7 +115,7 @@ def workload_detail(request: HttpRequest, pk: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def stop(request: HttpRequest, pk: str) -> HttpResponse:
+def stop(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
     workload = _controlled(request, pk)
     services.stop(actor=request.user, workload=workload)
     return redirect("workload", pk=workload.pk)
@@ -122,7 +123,7 @@ def stop(request: HttpRequest, pk: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def extend(request: HttpRequest, pk: str) -> HttpResponse:
+def extend(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
     workload = _controlled(request, pk)
     try:
         services.extend(actor=request.user, workload=workload)
@@ -132,7 +133,7 @@ def extend(request: HttpRequest, pk: str) -> HttpResponse:
 
 
 @login_required
-def new_job(request: HttpRequest) -> HttpResponse:
+def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenants = services.member_tenants(request.user)
     flavors = Flavor.objects.filter(grants__in=services.grants_for(request.user)).distinct()
     form = JobForm(request.POST or None, tenants=tenants, flavors=flavors)
@@ -148,7 +149,7 @@ def new_job(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def usage_page(request: HttpRequest) -> HttpResponse:
+def usage_page(request: AuthenticatedHttpRequest) -> HttpResponse:
     by = "month" if request.GET.get("by") == "month" else "week"
     rows = usage(request.user, by, 6 if by == "month" else 8)
     terms = [
@@ -175,7 +176,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def desktop(request: HttpRequest) -> HttpResponse:
+def desktop(request: AuthenticatedHttpRequest) -> HttpResponse:
     """My Desktop: one card per environment that is waiting or running."""
     environments = list(
         Workload.objects.filter(owner=request.user, kind="notebook", state__in=ACTIVE)

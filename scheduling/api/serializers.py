@@ -3,10 +3,10 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
-from tenants.models import Tenant
+from tenants.models import Tenant, User
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     is_simulated = serializers.BooleanField(read_only=True)
 
     class Meta:
@@ -25,8 +25,10 @@ class ClusterSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "is_simulated"]
 
 
-class GpuDeviceSerializer(serializers.ModelSerializer):
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class GpuDeviceSerializer(serializers.ModelSerializer[GpuDevice]):
+    node: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     allocated_milli = serializers.IntegerField(read_only=True, default=0)
 
     class Meta:
@@ -45,8 +47,10 @@ class GpuDeviceSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "node", "index", "model", "memory_mib", "uuid", "allocated_milli"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     gpus = GpuDeviceSerializer(many=True, read_only=True)
     allocated_cpu_milli = serializers.IntegerField(read_only=True, default=0)
     allocated_memory_mib = serializers.IntegerField(read_only=True, default=0)
@@ -79,9 +83,12 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
-class QueueSerializer(serializers.ModelSerializer):
+class QueueSerializer(serializers.ModelSerializer[Queue]):
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all())
-    parent = serializers.PrimaryKeyRelatedField(
+    # The stubs give every Field the attribute ``parent`` (the serializer it is bound to), so a
+    # declared field of that name reads as a clash; there is none at run time, as DRF's
+    # SerializerMetaclass pops declared fields off the class.
+    parent = serializers.PrimaryKeyRelatedField(  # type: ignore[assignment]
         queryset=Queue.objects.all(), required=False, allow_null=True
     )
     tenants = serializers.SlugRelatedField(
@@ -103,17 +110,19 @@ class QueueSerializer(serializers.ModelSerializer):
         ]
 
 
-class PriorityClassSerializer(serializers.ModelSerializer):
+class PriorityClassSerializer(serializers.ModelSerializer[PriorityClass]):
     class Meta:
         model = PriorityClass
         fields = ["id", "name", "value", "preempting", "description"]
 
 
-class WhatIfSerializer(serializers.ModelSerializer):
+class WhatIfSerializer(serializers.ModelSerializer[WhatIfRun]):
     cluster = serializers.SlugRelatedField(
         slug_field="slug", queryset=Cluster.objects.all(), required=False, allow_null=True
     )
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = WhatIfRun

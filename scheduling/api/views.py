@@ -17,6 +17,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from scheduling import services, whatif
 from scheduling.api import serializers as s
@@ -42,19 +43,21 @@ class _Audited(viewsets.GenericViewSet):
     permission_classes = [OperatorsChange]
 
 
-class ClusterViewSet(_Audited, viewsets.ModelViewSet):
+class ClusterViewSet(_Audited, viewsets.ModelViewSet[Cluster]):
     queryset = Cluster.objects.all()
     serializer_class = s.ClusterSerializer
     lookup_field = "slug"
 
-    def perform_create(self, serializer: s.ClusterSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Cluster]) -> None:
         serializer.instance = services.create_cluster(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.ClusterSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Cluster]) -> None:
+        cluster = serializer.instance
+        assert cluster is not None  # an update's serializer is built with get_object()
         serializer.instance = services.update_cluster(
-            actor=self.request.user, cluster=serializer.instance, **serializer.validated_data
+            actor=self.request.user, cluster=cluster, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Cluster) -> None:
@@ -78,9 +81,11 @@ class NodeViewSet(
     def get_queryset(self) -> QuerySet[Node]:
         return Node.objects.with_allocations()
 
-    def perform_update(self, serializer: s.NodeSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Node]) -> None:
+        node = serializer.instance
+        assert node is not None  # an update's serializer is built with get_object()
         serializer.instance = services.update_node(
-            actor=self.request.user, node=serializer.instance, **serializer.validated_data
+            actor=self.request.user, node=node, **serializer.validated_data
         )
 
     def _fresh(self, node: Node) -> Response:
@@ -113,25 +118,29 @@ class GpuDeviceViewSet(
             .order_by("node", "index")
         )
 
-    def perform_update(self, serializer: s.GpuDeviceSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[GpuDevice]) -> None:
+        device = serializer.instance
+        assert device is not None  # an update's serializer is built with get_object()
         serializer.instance = services.update_gpu_device(
-            actor=self.request.user, device=serializer.instance, **serializer.validated_data
+            actor=self.request.user, device=device, **serializer.validated_data
         )
 
 
-class QueueViewSet(_Audited, viewsets.ModelViewSet):
+class QueueViewSet(_Audited, viewsets.ModelViewSet[Queue]):
     queryset = Queue.objects.select_related("cluster").prefetch_related("tenants")
     serializer_class = s.QueueSerializer
     filterset_fields = ["cluster__slug", "is_open"]
 
-    def perform_create(self, serializer: s.QueueSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Queue]) -> None:
         serializer.instance = services.create_queue(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.QueueSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Queue]) -> None:
+        queue = serializer.instance
+        assert queue is not None  # an update's serializer is built with get_object()
         serializer.instance = services.update_queue(
-            actor=self.request.user, queue=serializer.instance, **serializer.validated_data
+            actor=self.request.user, queue=queue, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Queue) -> None:
@@ -183,18 +192,20 @@ def _text(upload: Any, field: str) -> str:
         raise ValidationError({field: _("the file is not UTF-8 text")}) from None
 
 
-class PriorityClassViewSet(_Audited, viewsets.ModelViewSet):
+class PriorityClassViewSet(_Audited, viewsets.ModelViewSet[PriorityClass]):
     queryset = PriorityClass.objects.all()
     serializer_class = s.PriorityClassSerializer
 
-    def perform_create(self, serializer: s.PriorityClassSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[PriorityClass]) -> None:
         serializer.instance = services.create_priority_class(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.PriorityClassSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[PriorityClass]) -> None:
+        priority_class = serializer.instance
+        assert priority_class is not None  # an update's serializer is built with get_object()
         serializer.instance = services.update_priority_class(
-            actor=self.request.user, priority_class=serializer.instance, **serializer.validated_data
+            actor=self.request.user, priority_class=priority_class, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: PriorityClass) -> None:

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def discover_gpus() -> tuple[GpuInfo, ...]:
     """Every device NVML sees, by index; ``()`` when there is no usable NVML."""
     try:
-        import pynvml  # type: ignore[import-untyped]
+        import pynvml
     except ImportError:
         return ()
     try:

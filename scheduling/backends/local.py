@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 from core.reasons import Reason
 from scheduling import reasons as R

@@ -2,20 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenants.choices import Role
-from tenants.models import ApiToken, Membership, Quota, Tenant
+from tenants.models import ApiToken, Membership, Quota, Tenant, User
 from tenants.permissions import Access
 from tenants.services import QUOTA_LIMIT_FIELDS, quota_over_use
 
-User = get_user_model()
 
-
-class UserSerializer(serializers.ModelSerializer):
+class UserSerializer(serializers.ModelSerializer[User]):
     class Meta:
         model = User
         fields = [
@@ -31,8 +28,11 @@ class UserSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TenantSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
+    # The stubs give every Field the attribute ``parent`` (the serializer it is bound to), so a
+    # declared field of that name reads as a clash; there is none at run time, as DRF's
+    # SerializerMetaclass pops declared fields off the class.
+    parent = serializers.SlugRelatedField(  # type: ignore[assignment]
         slug_field="slug", queryset=Tenant.objects.all(), required=False, allow_null=True
     )
     my_role = serializers.SerializerMethodField()
@@ -69,10 +69,15 @@ class TenantSerializer(serializers.ModelSerializer):
 
 
 class MoveSerializer(serializers.Serializer):
-    parent = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    # The stubs give every Field the attribute ``parent`` (the serializer it is bound to), so a
+    # declared field of that name reads as a clash; there is none at run time, as DRF's
+    # SerializerMetaclass pops declared fields off the class.
+    parent = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="slug", queryset=Tenant.objects.all()
+    )
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(serializers.ModelSerializer[Membership]):
     user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
     tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
     role = serializers.ChoiceField(choices=Role.choices)
@@ -97,8 +102,10 @@ USED_FIELDS = [
 ]
 
 
-class QuotaSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class QuotaSerializer(serializers.ModelSerializer[Quota]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     over_use = serializers.SerializerMethodField(
         help_text="Limits currently below use: new work waits; running work is not stopped."
     )
@@ -113,7 +120,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         return quota_over_use(quota)
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at"]

@@ -6,9 +6,8 @@ visible object that the caller may not take are 403.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 from django_filters import rest_framework as filters
@@ -19,19 +18,24 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
 from tenants import roster, services
 from tenants.api import serializers as s
 from tenants.choices import MANAGING_ROLES
-from tenants.models import ApiToken, Membership, Tenant
+from tenants.models import ApiToken, Membership, Tenant, User
 from tenants.permissions import Access
-
-User = get_user_model()
 
 
 def access(request: Request) -> Access:
     return Access.of(request.user)
+
+
+def caller(request: Request) -> User:
+    """The signed-in caller: every view here requires authentication (IsAuthenticated is the
+    default permission), so the user is never anonymous."""
+    return cast(User, request.user)
 
 
 class TenantFilter(filters.FilterSet):
@@ -47,7 +51,7 @@ class TenantFilter(filters.FilterSet):
         return queryset.filter(path__startswith=root.path) if root else queryset.none()
 
 
-class TenantViewSet(viewsets.ModelViewSet):
+class TenantViewSet(viewsets.ModelViewSet[Tenant]):
     """The tenant tree. Admins change their subtree; everyone sees where they belong."""
 
     queryset = Tenant.objects.none()  # for the schema; requests use get_queryset
@@ -61,7 +65,7 @@ class TenantViewSet(viewsets.ModelViewSet):
             "parent"
         )
 
-    def perform_create(self, serializer: s.TenantSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Tenant]) -> None:
         data = serializer.validated_data
         parent = data.get("parent")
         me = access(self.request)
@@ -74,13 +78,13 @@ class TenantViewSet(viewsets.ModelViewSet):
             raise PermissionDenied(_("You do not administer %(name)s.") % {"name": parent.name})
         serializer.instance = services.create_tenant(actor=self.request.user, **data)
 
-    def perform_update(self, serializer: s.TenantSerializer) -> None:
-        if not access(self.request).can_administer(serializer.instance):
-            raise PermissionDenied(
-                _("You do not administer %(name)s.") % {"name": serializer.instance.name}
-            )
+    def perform_update(self, serializer: BaseSerializer[Tenant]) -> None:
+        tenant = serializer.instance
+        assert tenant is not None  # an update's serializer is built with get_object()
+        if not access(self.request).can_administer(tenant):
+            raise PermissionDenied(_("You do not administer %(name)s.") % {"name": tenant.name})
         serializer.instance = services.update_tenant(
-            actor=self.request.user, tenant=serializer.instance, **serializer.validated_data
+            actor=self.request.user, tenant=tenant, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Tenant) -> None:
@@ -139,7 +143,7 @@ class MembershipFilter(filters.FilterSet):
         return queryset.filter(tenant__path__startswith=root.path) if root else queryset.none()
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(viewsets.ModelViewSet[Membership]):
     """Who has which role where. Managers see their subtree's members; everyone sees their own."""
 
     queryset = Membership.objects.none()  # for the schema; requests use get_queryset
@@ -169,7 +173,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
                 % {"role": role, "tenant": tenant.name}
             )
 
-    def perform_create(self, serializer: s.MembershipSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Membership]) -> None:
         data = serializer.validated_data
         self._check(data["tenant"], data["role"])
         if Membership.objects.filter(user=data["user"], tenant=data["tenant"]).exists():
@@ -181,8 +185,9 @@ class MembershipViewSet(viewsets.ModelViewSet):
             )
         serializer.instance = services.set_membership(actor=self.request.user, **data)
 
-    def perform_update(self, serializer: s.MembershipSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Membership]) -> None:
         membership = serializer.instance
+        assert membership is not None  # an update's serializer is built with get_object()
         data = serializer.validated_data
         if (
             data.get("tenant", membership.tenant) != membership.tenant
@@ -238,7 +243,7 @@ class RosterImportView(APIView):
         return Response(s.RosterResultSerializer(result).data)
 
 
-class UserViewSet(viewsets.ReadOnlyModelViewSet):
+class UserViewSet(viewsets.ReadOnlyModelViewSet[User]):
     """People: yourself, and the members of the tenants you manage."""
 
     queryset = User.objects.none()  # for the schema; requests use get_queryset
@@ -246,7 +251,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["username", "student_number"]
     ordering_fields = ["username", "date_joined"]
 
-    def get_queryset(self) -> QuerySet[Any]:
+    def get_queryset(self) -> QuerySet[User]:
         me = access(self.request)
         users = User.objects.all()
         if me.is_superuser:
@@ -260,7 +265,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class ApiTokenViewSet(
-    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet[ApiToken]
 ):
     """Your personal API tokens. The secret is shown once, at creation; DELETE revokes."""
 
@@ -268,7 +273,7 @@ class ApiTokenViewSet(
     serializer_class = s.ApiTokenSerializer
 
     def get_queryset(self) -> QuerySet[ApiToken]:
-        return ApiToken.objects.filter(user=self.request.user)
+        return ApiToken.objects.filter(user=caller(self.request))
 
     @extend_schema(responses={201: s.NewApiTokenSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

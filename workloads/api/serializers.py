@@ -3,14 +3,14 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.models import PriorityClass
-from tenants.models import Tenant
+from scheduling.models import Cluster, PriorityClass
+from tenants.models import Tenant, User
 from workloads import windows
 from workloads.choices import State, WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload, WorkloadEvent
 
 
-class ImageSerializer(serializers.ModelSerializer):
+class ImageSerializer(serializers.ModelSerializer[Image]):
     class Meta:
         model = Image
         fields = [
@@ -26,7 +26,7 @@ class ImageSerializer(serializers.ModelSerializer):
         ]
 
 
-class FlavorSerializer(serializers.ModelSerializer):
+class FlavorSerializer(serializers.ModelSerializer[Flavor]):
     gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=3, read_only=True)
 
     class Meta:
@@ -46,7 +46,7 @@ class FlavorSerializer(serializers.ModelSerializer):
         ]
 
 
-class AppTemplateSerializer(serializers.ModelSerializer):
+class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
     image = serializers.SlugRelatedField(slug_field="slug", queryset=Image.objects.all())
     default_flavor = serializers.SlugRelatedField(slug_field="slug", queryset=Flavor.objects.all())
     allowed_flavors = serializers.SlugRelatedField(
@@ -70,7 +70,7 @@ class AppTemplateSerializer(serializers.ModelSerializer):
         ]
 
 
-class GrantSerializer(serializers.ModelSerializer):
+class GrantSerializer(serializers.ModelSerializer[Grant]):
     template = serializers.SlugRelatedField(slug_field="slug", queryset=AppTemplate.objects.all())
     tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
     flavors = serializers.SlugRelatedField(
@@ -108,8 +108,10 @@ class GrantSerializer(serializers.ModelSerializer):
         return windows.describe(grant.windows)
 
 
-class WorkloadEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class WorkloadEventSerializer(serializers.ModelSerializer[WorkloadEvent]):
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = WorkloadEvent
@@ -124,12 +126,22 @@ class WorkloadEventSerializer(serializers.ModelSerializer):
         ]
 
 
-class WorkloadSerializer(serializers.ModelSerializer):
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    template = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    flavor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class WorkloadSerializer(serializers.ModelSerializer[Workload]):
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    template: serializers.SlugRelatedField[AppTemplate] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     open_url = serializers.SerializerMethodField()
 
     class Meta:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -15,6 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from core import idempotency
 from scheduling.backends.registry import get_backend
@@ -43,73 +44,82 @@ class CatalogPermission(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or request.user.is_superuser
 
 
-class _Catalog(viewsets.ModelViewSet):
+_M = TypeVar("_M", bound=Model)
+
+
+class _Catalog(viewsets.ModelViewSet[_M]):
     """Changes go through ``workloads.catalog``: one transaction, an audit row each."""
 
     permission_classes = [CatalogPermission]
     lookup_field = "slug"
 
 
-class ImageViewSet(_Catalog):
+class ImageViewSet(_Catalog[Image]):
     queryset = Image.objects.all()
     serializer_class = s.ImageSerializer
     filterset_fields = ["is_active", "framework"]
 
-    def perform_create(self, serializer: s.ImageSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Image]) -> None:
         serializer.instance = catalog.create_image(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.ImageSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Image]) -> None:
+        image = serializer.instance
+        assert image is not None  # an update's serializer is built with get_object()
         serializer.instance = catalog.update_image(
-            actor=self.request.user, image=serializer.instance, **serializer.validated_data
+            actor=self.request.user, image=image, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Image) -> None:
         catalog.delete_image(actor=self.request.user, image=instance)
 
 
-class FlavorViewSet(_Catalog):
+class FlavorViewSet(_Catalog[Flavor]):
     queryset = Flavor.objects.all()
     serializer_class = s.FlavorSerializer
     filterset_fields = ["is_active", "gpus"]
 
-    def perform_create(self, serializer: s.FlavorSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Flavor]) -> None:
         serializer.instance = catalog.create_flavor(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.FlavorSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Flavor]) -> None:
+        flavor = serializer.instance
+        assert flavor is not None  # an update's serializer is built with get_object()
         serializer.instance = catalog.update_flavor(
-            actor=self.request.user, flavor=serializer.instance, **serializer.validated_data
+            actor=self.request.user, flavor=flavor, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Flavor) -> None:
         catalog.delete_flavor(actor=self.request.user, flavor=instance)
 
 
-class AppTemplateViewSet(_Catalog):
+class AppTemplateViewSet(_Catalog[AppTemplate]):
     queryset = AppTemplate.objects.select_related("image", "default_flavor").prefetch_related(
         "allowed_flavors"
     )
     serializer_class = s.AppTemplateSerializer
     filterset_fields = ["is_active", "kind"]
 
-    def perform_create(self, serializer: s.AppTemplateSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[AppTemplate]) -> None:
         serializer.instance = catalog.create_template(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.AppTemplateSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[AppTemplate]) -> None:
+        template = serializer.instance
+        assert template is not None  # an update's serializer is built with get_object()
         serializer.instance = catalog.update_template(
-            actor=self.request.user, template=serializer.instance, **serializer.validated_data
+            actor=self.request.user, template=template, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: AppTemplate) -> None:
         catalog.delete_template(actor=self.request.user, template=instance)
 
 
-class GrantViewSet(viewsets.ModelViewSet):
+class GrantViewSet(viewsets.ModelViewSet[Grant]):
     """Templates granted to classes. Teachers grant to the classes they manage; the checks
     are ``workloads.grants``', the same as the teachers' pages."""
 
@@ -124,14 +134,16 @@ class GrantViewSet(viewsets.ModelViewSet):
             .prefetch_related("flavors")
         )
 
-    def perform_create(self, serializer: s.GrantSerializer) -> None:
+    def perform_create(self, serializer: BaseSerializer[Grant]) -> None:
         serializer.instance = grants.create_grant(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def perform_update(self, serializer: s.GrantSerializer) -> None:
+    def perform_update(self, serializer: BaseSerializer[Grant]) -> None:
+        grant = serializer.instance
+        assert grant is not None  # an update's serializer is built with get_object()
         serializer.instance = grants.update_grant(
-            actor=self.request.user, grant=serializer.instance, **serializer.validated_data
+            actor=self.request.user, grant=grant, **serializer.validated_data
         )
 
     def perform_destroy(self, instance: Grant) -> None:

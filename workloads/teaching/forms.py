@@ -7,9 +7,10 @@ API's, and their errors come back onto these forms.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from django import forms
+from django.http import QueryDict
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -102,7 +103,7 @@ class GrantForm(forms.Form):
         super().__init__(*args, **kwargs)
         grantable = AppTemplate.objects.grantable(keeping=grant)
         templates = list(grantable.prefetch_related("allowed_flavors"))
-        self.fields["template"].queryset = grantable
+        cast("forms.ModelChoiceField[AppTemplate]", self.fields["template"]).queryset = grantable
         self.fields["template"].widget.choices = [(t.slug, t.name) for t in templates]
         chosen_slug = self.data.get("template") if self.is_bound else self.initial.get("template")
         chosen = next(
@@ -113,7 +114,9 @@ class GrantForm(forms.Form):
         # the page so the error about it can be seen and undone.
         allowed = list(chosen.allowed_flavors.all()) if chosen else []
         ticked = set(
-            self.data.getlist("flavors") if self.is_bound else self.initial.get("flavors", [])
+            cast(QueryDict, self.data).getlist("flavors")  # bound: the request's POST
+            if self.is_bound
+            else self.initial.get("flavors", [])
         )
         outside = ticked - {f.slug for f in allowed}
         shown = allowed + list(Flavor.objects.filter(slug__in=outside)) if outside else allowed

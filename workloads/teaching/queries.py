@@ -127,7 +127,7 @@ def class_roster(tenant: Tenant, sessions: Sessions, *, viewer: Any) -> list[dic
     )
     usage = {u.user_id: u for u in MemberUsage.objects.filter(tenant=tenant).select_related("user")}
     held, running = sessions.held, sessions.running
-    roster = []
+    roster: list[dict[str, Any]] = []
     for m in memberships:
         used = usage.pop(m.user_id, None)
         roster.append(

@@ -10,8 +10,9 @@ student's own class) is a 403.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
@@ -24,6 +25,7 @@ from django.views.decorators.http import require_POST
 
 from tenants import services as tenant_services
 from tenants.choices import Role
+from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Membership, Tenant
 from tenants.permissions import Access, administers_anything
 from workloads import grants, services
@@ -65,7 +67,7 @@ def _managed_grant(request: HttpRequest, pk: int) -> Grant:
 
 
 @login_required
-def classes(request: HttpRequest) -> HttpResponse:
+def classes(request: AuthenticatedHttpRequest) -> HttpResponse:
     access = Access.of(request.user)
     if not access.manages_anything():
         raise PermissionDenied(_("Only teachers, TAs and admins have classes to manage."))
@@ -81,7 +83,7 @@ def classes(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
+def dashboard(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     tenant = _managed_tenant(request, slug)
     access = Access.of(request.user)
     sessions = queries.class_sessions(tenant, now=timezone.now())
@@ -90,7 +92,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
         (value, label) for value, label in Role.choices if access.can_assign_role(tenant, value)
     ]
     member_form = MemberForm(initial={"role": Role.STUDENT})
-    member_form.fields["role"].choices = roles
+    cast(forms.ChoiceField, member_form.fields["role"]).choices = roles
     return render(
         request,
         "teaching/dashboard.html",
@@ -108,7 +110,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def stop_session(request: HttpRequest, slug: str, pk: str) -> HttpResponse:
+def stop_session(request: AuthenticatedHttpRequest, slug: str, pk: str) -> HttpResponse:
     tenant = _managed_tenant(request, slug)
     workload = (
         Workload.objects.filter(tenant=tenant, pk=pk).select_related("owner", "tenant").first()
@@ -127,7 +129,7 @@ def stop_session(request: HttpRequest, slug: str, pk: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def add_member(request: HttpRequest, slug: str) -> HttpResponse:
+def add_member(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     tenant = _managed_tenant(request, slug)
     access = Access.of(request.user)
     form = MemberForm(request.POST)
@@ -159,7 +161,7 @@ def add_member(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def remove_member(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+def remove_member(request: AuthenticatedHttpRequest, slug: str, pk: int) -> HttpResponse:
     tenant = _managed_tenant(request, slug)
     membership = get_object_or_404(
         Membership.objects.select_related("user", "tenant"), pk=pk, tenant=tenant
@@ -263,18 +265,18 @@ def _save_grant(
 
 
 @login_required
-def grant_new(request: HttpRequest, slug: str) -> HttpResponse:
+def grant_new(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _grant_page(request, _managed_tenant(request, slug), None)
 
 
 @login_required
-def grant_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def grant_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     grant = _managed_grant(request, pk)
     return _grant_page(request, grant.tenant, grant)
 
 
 @login_required
-def grant_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def grant_delete(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     grant = _managed_grant(request, pk)
     tenant = grant.tenant
     if request.method == "POST":
