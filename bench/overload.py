@@ -13,7 +13,8 @@ per-member limit, seconds to a final answer (p50/p99), and the most database con
 portal held at once (``pg_stat_activity``).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \\
-        .venv/bin/python bench/overload.py [--redis redis://127.0.0.1:6379/9] [--out bench/overload.md]
+        .venv/bin/python bench/overload.py [--redis redis://127.0.0.1:6379/9] \\
+        [--out bench/overload.md]
 
 The database named in DATABASE_URL is only used to create and drop ``quanta_overload``.
 """
@@ -77,20 +78,32 @@ from workloads.models import AppTemplate, Flavor, Grant, Image
 n, limit = int(sys.argv[1]), int(sys.argv[2])
 User = get_user_model()
 root = User.objects.create_superuser("root", "root@uni.example", "pw")
-school = services.create_tenant(actor=root, kind=TenantKind.ORGANISATION, name="Uni", slug="uni")
-dept = services.create_tenant(actor=root, kind=TenantKind.DEPARTMENT, name="CS", slug="cs", parent=school)
-klass = services.create_tenant(actor=root, kind=TenantKind.CLASS, name="ML-101", slug="ml-101", parent=dept)
+school = services.create_tenant(
+    actor=root, kind=TenantKind.ORGANISATION, name="Uni", slug="uni"
+)
+dept = services.create_tenant(
+    actor=root, kind=TenantKind.DEPARTMENT, name="CS", slug="cs", parent=school
+)
+klass = services.create_tenant(
+    actor=root, kind=TenantKind.CLASS, name="ML-101", slug="ml-101", parent=dept
+)
 services.set_quota(actor=root, tenant=klass, environments=limit)
 farm = demo.seed_simulated()
 sync_backend_nodes(farm)
 image = Image.objects.create(name="PyTorch", slug="pytorch", registry_ref="quanta/pytorch:2")
 flavor = Flavor.objects.create(name="1 CPU", slug="cpu-1", cpu_milli=1000, memory_mib=2048)
-template = AppTemplate.objects.create(name="JupyterLab", slug="jupyter", kind="jupyter", image=image, default_flavor=flavor)
+template = AppTemplate.objects.create(
+    name="JupyterLab", slug="jupyter", kind="jupyter", image=image, default_flavor=flavor
+)
 template.allowed_flavors.set([flavor])
-grant = Grant.objects.create(template=template, tenant=klass, created_by=root, cluster=farm, member_limit=1)
+grant = Grant.objects.create(
+    template=template, tenant=klass, created_by=root, cluster=farm, member_limit=1
+)
 grant.flavors.set([flavor])
 tokens = []
-users = User.objects.bulk_create([User(username=f"s{i:04d}", email=f"s{i:04d}@uni.example") for i in range(n)])
+users = User.objects.bulk_create(
+    [User(username=f"s{i:04d}", email=f"s{i:04d}@uni.example") for i in range(n)]
+)
 for user in users:
     services.set_membership(actor=root, tenant=klass, user=user, role=Role.STUDENT)
     tokens.append(services.create_api_token(actor=user, name="bench")[1])
