@@ -39,7 +39,9 @@ from workloads.specs import handle_for, spec_for
 
 logger = logging.getLogger(__name__)
 
-SUBMIT_GRACE = dt.timedelta(minutes=2)
+# A submit is idempotent per (workload, attempt): handing over again one whose task is only
+# late costs nothing, so the grace is short enough to recover within a minute.
+SUBMIT_GRACE = dt.timedelta(seconds=30)
 STOP_GRACE = dt.timedelta(seconds=30)
 
 _FOLLOWED = ("grant", "flavor", "owner", "tenant")

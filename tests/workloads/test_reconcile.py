@@ -255,3 +255,19 @@ def test_a_broker_that_is_down_after_commit_is_not_an_error_and_the_sweeper_catc
     run(services.admit_queued)  # the beat's reconcile, once the broker is back
     workload = Workload.objects.get(pk=response.json()["id"])
     assert workload.state == State.STARTING and backend.submits == [(str(workload.pk), 0)]
+
+
+@pytest.mark.django_db
+def test_work_admitted_but_never_handed_over_is_submitted_after_the_grace(
+    world, catalog, backend, run, monkeypatch
+) -> None:
+    monkeypatch.setattr(tasks.submit, "delay", lambda workload_id: None)  # the task is lost
+    workload = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
+    assert workload.state == State.STARTING and backend.submits == []
+    run(reconcile.reconcile, catalog.cluster)
+    assert backend.submits == []  # within the grace: the task may only be late
+    age(workload, reconcile.SUBMIT_GRACE + dt.timedelta(seconds=1))
+    run(reconcile.reconcile, catalog.cluster)
+    assert backend.submits == [(str(workload.pk), 0)]
+    run(reconcile.reconcile, catalog.cluster)
+    assert backend.submits == [(str(workload.pk), 0)]  # once
