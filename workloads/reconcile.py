@@ -184,12 +184,12 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
         transition(
             workload, State.SUCCEEDED, reason=obs.reason or R.FINISHED(), exit_code=obs.exit_code
         )
+    elif obs.phase == Phase.FAILED and state == State.STOPPING:
+        # Asked to stop, and it ended: killed by the stop (a signal's exit code), or failing
+        # on its own as the stop came. Either way what the person asked for happened.
+        transition(workload, State.STOPPED, reason=R.reason_of(workload) or "")
     elif obs.phase == Phase.FAILED:
-        if (
-            workload.kind == WorkloadKind.JOB
-            and state != State.STOPPING
-            and workload.attempt < workload.max_retries
-        ):
+        if workload.kind == WorkloadKind.JOB and workload.attempt < workload.max_retries:
             _retry(workload, obs)
         else:
             transition(

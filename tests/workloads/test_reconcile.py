@@ -271,3 +271,16 @@ def test_work_admitted_but_never_handed_over_is_submitted_after_the_grace(
     assert backend.submits == [(str(workload.pk), 0)]
     run(reconcile.reconcile, catalog.cluster)
     assert backend.submits == [(str(workload.pk), 0)]  # once
+
+
+@pytest.mark.django_db
+def test_a_workload_that_fails_while_stopping_ends_stopped(world, catalog, backend, run) -> None:
+    workload = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
+    backend.set(workload.pk, Phase.RUNNING)
+    run(reconcile.reconcile, catalog.cluster)
+    backend.stop = lambda handle: None  # type: ignore[method-assign]  # the stop is under way
+    run(services.stop, actor=world.alice, workload=workload, reason="class is over")
+    backend.set(workload.pk, Phase.FAILED, "exited on signal 15 (SIGTERM)", exit_code=-15)
+    run(reconcile.reconcile, catalog.cluster)
+    workload.refresh_from_db()
+    assert (workload.state, workload.reason) == (State.STOPPED, "class is over")
