@@ -345,9 +345,13 @@ def main() -> None:
         "| fault | when | jobs | lost | duplicated | stuck | consistent after |\n"
         "|---|---|---|---|---|---|---|"
     )
+    def after(r: dict[str, Any]) -> str:
+        seconds = f"{r['seconds']:.1f} s"
+        return seconds if r["consistent"] else f"{seconds} (not consistent: {dict(r['states'])})"
+
     lines = [
         f"| {name} | {when} | {args.jobs} | {r['lost']} | {r['duplicated']} | {r['stuck']} "
-        f"| {r['seconds']:.1f} s{'' if r['consistent'] else ' (not consistent: ' + str(dict(r['states'])) + ')'} |"
+        f"| {after(r)} |"
         for name, when, r in rows
     ]
     table = "\n".join([header, *lines])
