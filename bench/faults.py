@@ -345,6 +345,7 @@ def main() -> None:
         "| fault | when | jobs | lost | duplicated | stuck | consistent after |\n"
         "|---|---|---|---|---|---|---|"
     )
+
     def after(r: dict[str, Any]) -> str:
         seconds = f"{r['seconds']:.1f} s"
         return seconds if r["consistent"] else f"{seconds} (not consistent: {dict(r['states'])})"
