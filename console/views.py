@@ -64,6 +64,7 @@ def tenant_tree(request: AuthenticatedHttpRequest) -> HttpResponse:
             {
                 "tenant": tenant,
                 "indent": tenant.depth - top,
+                "can_set_quota": access.can_set_quota(tenant),
                 "quota": quota,
                 "cells": [
                     {
@@ -129,8 +130,12 @@ def quota_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     access = Access.of(request.user)
     if not access.can_view(tenant):
         raise Http404
-    if not access.can_administer(tenant):
-        raise PermissionDenied(_("You do not administer the quota of this tenant."))
+    if not access.can_set_quota(tenant):
+        # The same rule as tenants.services.set_quota, checked before the form is shown.
+        raise PermissionDenied(
+            _("The limits of %(name)s are set by the admins of the tenants above it.")
+            % {"name": tenant.name}
+        )
     quota, _created = Quota.objects.get_or_create(tenant=tenant)
     used = {
         name: getattr(quota, f"used_{name}", None) for name in tenant_services.QUOTA_LIMIT_FIELDS

@@ -14,10 +14,12 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from portal.http_limits import answer_long_lines  # noqa: E402
 from portal.overload import ConcurrencyGate  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 from workloads.routing import http_urlpatterns as notebook_http_urlpatterns  # noqa: E402
 
+answer_long_lines()  # daphne: a 414, not a dropped connection, for a request line over 16 KiB
 gated_django = ConcurrencyGate(
     django_asgi_app, limit=settings.WEB_CONCURRENCY, wait_seconds=settings.WEB_QUEUE_SECONDS
 )

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.middleware.RequestLimitsMiddleware",  # core/limits.py: 400, 413, 414 at the edge
     "django.middleware.security.SecurityMiddleware",
     "portal.overload.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -87,7 +88,7 @@ MIDDLEWARE = [
 
 if not DEBUG:
     # Production serves collected static files itself; DEBUG's runserver serves them directly.
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    MIDDLEWARE.insert(2, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -247,6 +248,17 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
+    ],
+    # Parsers that refuse deep JSON, oversized bodies, NUL and lone surrogates (core/parsers.py);
+    # a browsable API whose forms never list objects (portal/renderers.py; docs/api.md).
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.StrictJSONParser",
+        "core.parsers.StrictFormParser",
+        "core.parsers.StrictMultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "portal.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,

@@ -31,3 +31,10 @@ urlpatterns = [
     path("", include("workloads.urls")),
     path("", include("tenants.urls")),
 ]
+
+# Errors raised outside a view (a request too large, a URL that matches nothing) answer in the
+# API's JSON format under /api/.
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"

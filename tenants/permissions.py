@@ -98,6 +98,19 @@ class Access:
             return role == Role.STUDENT
         return False
 
+    def can_set_quota(self, tenant: Tenant) -> bool:
+        """A tenant's limits are set from above: by the admins of a tenant above it. The top
+        of the tree (the school) has nothing above it, so only a superuser sets its limits;
+        the admin of a department cannot raise the department's own quota."""
+        if self.is_superuser:
+            return True
+        if tenant.parent_id is None:
+            return False
+        above = tenant.path[: tenant.path.rstrip("/").rfind("/") + 1]
+        return any(
+            above.startswith(path) and role in ADMIN_ROLES for path, role in self.roles.items()
+        )
+
     def manages_anything(self) -> bool:
         return self.is_superuser or any(r in MANAGING_ROLES for r in self.roles.values())
 
@@ -109,10 +122,12 @@ class Access:
     def tenant_filter(self, roles: tuple[str, ...] | None = None, prefix: str = "") -> Q:
         """Q over a model with ``{prefix}path`` matching the subtrees where a role applies.
 
-        ``roles=None`` means any role, viewers included. Superusers match everything.
+        ``roles=None`` means any role, viewers included. Superusers match everything: with
+        a condition that is always true rather than an empty ``Q()``, which an ``|`` would
+        drop (``Q() | Q(user=me)`` is just ``Q(user=me)``).
         """
         if self.is_superuser:
-            return Q()
+            return ~Q(pk__in=[])
         paths = [p for p, r in self.roles.items() if roles is None or r in roles]
         if not paths:
             return Q(pk__in=[])

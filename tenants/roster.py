@@ -12,13 +12,17 @@ import csv
 import io
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from django.utils.translation import gettext as _
+
+from core.text import unstorable
 
 REQUIRED_COLUMNS = ("student_number", "name", "email", "class")
 OPTIONAL_COLUMNS = ("role",)
 ROSTER_ROLES = ("student", "ta", "teacher")
 MAX_ROWS = 5000
+MAX_CELL = 1024  # characters in one cell; the longest real one (a name) is 150
 
 _STUDENT_NUMBER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 _EMAIL = re.compile(r"^[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+$")
@@ -65,6 +69,16 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
         raise RosterError(_("the file is empty"))
 
     reader = csv.reader(io.StringIO(text))
+    try:
+        return _parse(reader)
+    except csv.Error as exc:
+        # A malformed file, or a field over csv's own limit (128 KiB): name the line.
+        raise RosterError(
+            _("line %(n)s cannot be read: %(error)s") % {"n": reader.line_num, "error": exc}
+        ) from None
+
+
+def _parse(reader: Any) -> tuple[list[RosterRow], list[RowError]]:
     header = next(reader)
     columns = [name.strip().lower() for name in header]
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
@@ -133,8 +147,19 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
 
 def _check(line: int, value: dict[str, str]) -> list[RowError]:
     errors = []
+    for name, cell in value.items():
+        what = unstorable(cell)
+        if len(cell) > MAX_CELL:
+            errors.append(
+                RowError(line, name, _("is longer than %(n)s characters") % {"n": MAX_CELL})
+            )
+        elif what:
+            errors.append(RowError(line, name, _("contains %(what)s") % {"what": what}))
+        else:
+            continue
+        value[name] = ""  # reported once, not again by the checks below
     for name in REQUIRED_COLUMNS:
-        if not value[name]:
+        if not value[name] and not any(e.column == name for e in errors):
             errors.append(RowError(line, name, _("is empty")))
     if value["student_number"] and not _STUDENT_NUMBER.match(value["student_number"]):
         errors.append(

@@ -3,10 +3,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from tenants.models import Tenant
+from workloads.constants import check_env_limits
 from workloads.models import Flavor
 
 
@@ -60,4 +62,8 @@ class JobForm(forms.Form):
             if not sep:
                 raise forms.ValidationError(_("line %(n)s: write NAME=value") % {"n": number})
             env[name.strip()] = value.strip()
+        try:
+            check_env_limits(env)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["env"]) from None
         return env

@@ -17,10 +17,12 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.text import unstorable
 from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
 from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, WorkloadKind
+from workloads.constants import check_env_limits
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
 
@@ -115,19 +117,30 @@ def launch_environment(
     return workload
 
 
+MAX_COMMAND_CHARS = 256 * 4096
+
+
 def parse_command(command: str | Sequence[str]) -> list[str]:
+    """A command is one shell-like string or a list of strings, and nothing else (a number,
+    an object or a list with anything but strings in it is refused, never coerced)."""
     if isinstance(command, str):
+        if len(command) > MAX_COMMAND_CHARS:
+            raise ValidationError({"command": _("is too long or contains a NUL character")})
         try:
             argv = shlex.split(command)
         except ValueError as exc:
             raise ValidationError(
                 {"command": _("cannot be read: %(error)s") % {"error": exc}}
             ) from None
-    else:
+    elif isinstance(command, list | tuple) and all(isinstance(a, str) for a in command):
         argv = list(command)
-    if not argv or not all(isinstance(a, str) for a in argv):
+    else:
+        raise ValidationError(
+            {"command": _("must be a string or a list of strings, e.g. python train.py")}
+        )
+    if not argv:
         raise ValidationError({"command": _("give the command to run, e.g. python train.py")})
-    if len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
+    if len(argv) > 256 or any(len(a) > 4096 or unstorable(a) for a in argv):
         raise ValidationError({"command": _("is too long or contains a NUL character")})
     return argv
 
@@ -137,6 +150,7 @@ def check_env(env: Any) -> dict[str, str]:
         return {}
     if not isinstance(env, dict):
         raise ValidationError({"env": _("must be an object of NAME: value")})
+    check_env_limits(env)
     for key, value in env.items():
         if not isinstance(key, str) or not _ENV_NAME.match(key):
             raise ValidationError(

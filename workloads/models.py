@@ -14,6 +14,7 @@ from django.db.models import Q
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
 from workloads.choices import ACTIVE, AppKind, State, WorkloadKind
+from workloads.constants import MAX_FLAVOR_GPUS
 
 
 class Image(models.Model):
@@ -42,7 +43,9 @@ class Flavor(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     cpu_milli = models.PositiveIntegerField(validators=[MinValueValidator(100)])
     memory_mib = models.PositiveIntegerField(validators=[MinValueValidator(64)])
-    gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs.")
+    gpus = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(MAX_FLAVOR_GPUS)], help_text="Whole GPUs."
+    )
     gpu_milli = models.PositiveSmallIntegerField(
         default=0,
         validators=[MaxValueValidator(999)],

@@ -14,11 +14,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
+from core.parsers import StrictFormParser, StrictJSONParser, StrictMultiPartParser
 from scheduling import services, whatif
 from scheduling.api import serializers as s
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue, WhatIfRun
@@ -163,7 +163,7 @@ class WhatIfViewSet(
     permission_classes = [SuperusersOnly]
     serializer_class = s.WhatIfSerializer
     queryset = WhatIfRun.objects.select_related("created_by", "cluster")
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [StrictMultiPartParser, StrictFormParser, StrictJSONParser]
 
     @extend_schema(request=s.NewWhatIfSerializer, responses={201: s.WhatIfSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

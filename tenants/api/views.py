@@ -15,12 +15,12 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
+from core.parsers import StrictFormParser, StrictMultiPartParser
 from tenants import roster, services
 from tenants.api import serializers as s
 from tenants.choices import MANAGING_ROLES
@@ -117,9 +117,10 @@ class TenantViewSet(viewsets.ModelViewSet[Tenant]):
         quota = tenant.quota
         if request.method == "GET":
             return Response(s.QuotaSerializer(quota).data)
-        if not access(request).can_administer(tenant):
+        if not access(request).can_set_quota(tenant):
             raise PermissionDenied(
-                _("You do not administer the quota of %(name)s.") % {"name": tenant.name}
+                _("The limits of %(name)s are set by the admins of the tenants above it.")
+                % {"name": tenant.name}
             )
         body = s.QuotaSerializer(quota, data=request.data, partial=request.method == "PATCH")
         body.is_valid(raise_exception=True)
@@ -211,7 +212,7 @@ class MembershipViewSet(viewsets.ModelViewSet[Membership]):
 class RosterImportView(APIView):
     """Upload a class roster CSV: every row is checked first; nothing is half-imported."""
 
-    parser_classes = [MultiPartParser, FormParser]
+    parser_classes = [StrictMultiPartParser, StrictFormParser]
 
     @extend_schema(
         request=s.RosterUploadSerializer,

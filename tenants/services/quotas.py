@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils.translation import gettext as _
@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from core.audit import record
 from tenants import quota as quota_math
 from tenants.models import MemberUsage, Quota, Tenant
+from tenants.permissions import Access
 
 QUOTA_LIMIT_FIELDS = (
     "gpus",
@@ -43,7 +44,16 @@ class QuotaUpdate:
 @transaction.atomic
 def set_quota(*, actor: Any, tenant: Tenant, **limits: Any) -> QuotaUpdate:
     """Change limits. A limit below current use is accepted and reported as over-use: running
-    work is never cut off by a quota change, new work waits until use drops."""
+    work is never cut off by a quota change, new work waits until use drops.
+
+    Limits are set from above (``Access.can_set_quota``): by an admin of a tenant above this
+    one, the school's by a superuser. The API and the console both come through here.
+    """
+    if not Access.of(actor).can_set_quota(tenant):
+        raise PermissionDenied(
+            _("The limits of %(name)s are set by the admins of the tenants above it.")
+            % {"name": tenant.name}
+        )
     unknown = set(limits) - set(QUOTA_LIMIT_FIELDS)
     if unknown:
         raise ValidationError({name: _("is not a quota limit") for name in sorted(unknown)})

@@ -58,12 +58,19 @@ def create_tenant(
     parent: Tenant | None = None,
     term_start: dt.date | None = None,
     term_end: dt.date | None = None,
+    is_active: bool = True,
 ) -> Tenant:
     _check_parent(kind, parent)
     _check_term(term_start, term_end)
     _check_slug_free(slug)
     tenant = Tenant.objects.create(
-        kind=kind, name=name, slug=slug, parent=parent, term_start=term_start, term_end=term_end
+        kind=kind,
+        name=name,
+        slug=slug,
+        parent=parent,
+        term_start=term_start,
+        term_end=term_end,
+        is_active=is_active,
     )
     tenant.path = f"{parent.path if parent else '/'}{tenant.pk}/"
     tenant.save(update_fields=["path"])

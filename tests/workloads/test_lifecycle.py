@@ -365,3 +365,16 @@ def test_an_extension_is_audited_and_spent_once(world, catalog, backend, run) ->
     assert w.extensions == 1
     [event] = AuditEvent.objects.filter(action="workload.extend")
     assert (event.actor, event.data["extensions"]) == (world.bob, 1)
+
+
+def test_the_environment_limits_hold_for_every_caller_of_the_service(world, catalog) -> None:
+    too_many = {f"V{i}": "x" for i in range(65)}
+    with pytest.raises(ValidationError, match="at most 64 variables"):
+        services.submit_job(
+            actor=world.bob,
+            tenant=world.class_a,
+            flavor=catalog.small,
+            command="true",
+            env=too_many,
+        )
+    assert not Workload.objects.exists()

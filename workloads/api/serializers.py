@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -7,10 +8,33 @@ from scheduling.models import Cluster, PriorityClass
 from tenants.models import Tenant, User
 from workloads import windows
 from workloads.choices import State, WorkloadKind
+from workloads.constants import MAX_ENV_VARIABLES, MAX_LOG_OFFSET, check_env_limits
+from workloads.launch import MAX_WORKERS
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload, WorkloadEvent
 
 
+# The catalog's JSON columns, typed: a list of names, an environment, ports. (A bare
+# JSONField would take a form's "null" and hand None to a NOT NULL column.)
+def _names(help_text: str = "") -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        max_length=64,
+        required=False,
+        help_text=help_text,
+    )
+
+
+def _check_env(value: dict[str, str], field: str) -> dict[str, str]:
+    try:
+        check_env_limits(value, field=field)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(exc.message_dict[field]) from None
+    return value
+
+
 class ImageSerializer(serializers.ModelSerializer[Image]):
+    tools = _names('e.g. ["jupyterlab", "tensorboard"]')
+
     class Meta:
         model = Image
         fields = [
@@ -28,6 +52,7 @@ class ImageSerializer(serializers.ModelSerializer[Image]):
 
 class FlavorSerializer(serializers.ModelSerializer[Flavor]):
     gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=3, read_only=True)
+    gpu_models = _names('Allowed GPU models, e.g. ["V100M16", "V100M32"].')
 
     class Meta:
         model = Flavor
@@ -52,6 +77,12 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
     allowed_flavors = serializers.SlugRelatedField(
         slug_field="slug", many=True, queryset=Flavor.objects.all()
     )
+    environment = serializers.DictField(
+        child=serializers.CharField(max_length=4096, allow_blank=True), required=False
+    )
+    ports = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=65535), max_length=16, required=False
+    )
 
     class Meta:
         model = AppTemplate
@@ -68,6 +99,9 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
             "description",
             "is_active",
         ]
+
+    def validate_environment(self, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value, "environment")
 
 
 class GrantSerializer(serializers.ModelSerializer[Grant]):
@@ -201,9 +235,23 @@ class JobSerializer(serializers.Serializer):
     flavor = serializers.SlugRelatedField(slug_field="slug", queryset=Flavor.objects.all())
     command = serializers.JSONField(help_text="argv list, or one shell-like string")
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=4096),
+        required=False,
+        help_text=f"NAME: value, at most {MAX_ENV_VARIABLES} variables and 32 KiB in all",
+    )
     workers = serializers.IntegerField(default=1)
     max_retries = serializers.IntegerField(default=0)
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value, "env")
+
+
+class LogQuerySerializer(serializers.Serializer):
+    """The query of a log read: which task, from which byte."""
+
+    task = serializers.IntegerField(default=0, min_value=0, max_value=MAX_WORKERS - 1)
+    offset = serializers.IntegerField(default=0, min_value=0, max_value=MAX_LOG_OFFSET)
 
 
 class LogSerializer(serializers.Serializer):

@@ -278,20 +278,15 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         events = workload.events.select_related("actor")
         return Response(s.WorkloadEventSerializer(events, many=True).data)
 
-    @extend_schema(
-        parameters=[OpenApiParameter("task", int), OpenApiParameter("offset", int)],
-        responses=s.LogSerializer,
-    )
+    @extend_schema(parameters=[s.LogQuerySerializer], responses=s.LogSerializer)
     @action(detail=True)
     def logs(self, request: Request, pk: str) -> Response:
         """A task's output from ``offset`` on; poll with the returned ``next_offset``."""
         workload = self._controlled()
-        try:
-            task = int(request.query_params.get("task", 0))
-            offset = int(request.query_params.get("offset", 0))
-        except ValueError:
-            raise ValidationError({"task": _("task and offset are whole numbers")}) from None
-        if not 0 <= task < workload.workers or offset < 0:
+        query = s.LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        task, offset = query.validated_data["task"], query.validated_data["offset"]
+        if task >= workload.workers:
             raise ValidationError({"task": _("task is 0 to %(n)s") % {"n": workload.workers - 1}})
         chunk = get_backend(workload.cluster).logs(handle_for(workload), task, offset)
         return Response(

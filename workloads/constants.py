@@ -1,0 +1,35 @@
+"""The bounds of what a person may ask for (docs/api.md, "Limits")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
+# A flavor's whole GPUs: no node has more, and quotas count GPU equivalents in 6 digits.
+MAX_FLAVOR_GPUS = 64
+# A job's (or a template's) environment variables: how many, and their names and values
+# together in UTF-8 bytes. They end up in a pod spec or a process environment.
+MAX_ENV_VARIABLES = 64
+MAX_ENV_BYTES = 32 * 1024
+# Where a log read may start: past the end is an empty read, past this is a mistake.
+MAX_LOG_OFFSET = 2**40
+
+
+def check_env_limits(env: dict[str, Any], *, field: str = "env") -> None:
+    """Refuse more than ``MAX_ENV_VARIABLES`` variables or more than ``MAX_ENV_BYTES`` of
+    names and values (the rules on each name and value are ``launch.check_env``'s)."""
+    if len(env) > MAX_ENV_VARIABLES:
+        raise ValidationError({field: _("at most %(n)s variables") % {"n": MAX_ENV_VARIABLES}})
+    size = sum(
+        len(str(k).encode("utf-8", "replace")) + len(str(v).encode("utf-8", "replace"))
+        for k, v in env.items()
+    )
+    if size > MAX_ENV_BYTES:
+        raise ValidationError(
+            {
+                field: _("the variables take %(size)s bytes; at most %(n)s")
+                % {"size": size, "n": MAX_ENV_BYTES}
+            }
+        )
