@@ -3,7 +3,8 @@
 Registered in ``WorkloadsConfig.ready`` as a lifecycle listener, so the code that changes a
 workload never enqueues anything itself (and never imports the tasks):
 
-- created in ``Pending``      → ``admit`` (a scheduling session over its cluster's line);
+- created in ``Pending``      → ``admit_soon``: a scheduling session over its cluster's line
+  (coalesced: at most one pending per cluster);
 - into ``Starting`` from the line, or a new attempt of a job → ``submit`` to the backend
   (not a backend's own in-place restart, nor a new reason while it starts);
 - into ``Stopping``           → ``stop`` on the backend (re-sent by ``reconcile`` if lost).
@@ -19,10 +20,13 @@ from workloads.lifecycle import Transition
 
 
 def dispatch(transitions: Sequence[Transition]) -> None:
+    admitting: set[int] = set()  # one session per cluster, however many launches
     for change in transitions:
         workload_id = str(change.workload.pk)
         if change.before == "" and change.after in WAITING:
-            tasks.admit.delay(workload_id)
+            if change.workload.cluster_id not in admitting:
+                admitting.add(change.workload.cluster_id)
+                tasks.admit_soon(change.workload.cluster_id)
         elif change.after == State.STARTING and (
             change.before in WAITING or "attempt" in change.changed
         ):
