@@ -1,7 +1,8 @@
 """Where a workload's tasks go on the portal-scheduled clusters (local, simulated).
 
-The admission step locks the cluster's node rows, builds the free view below from the
-allocations, and asks :func:`place` for one placement per task. A gang is placed whole or not
+Admission builds the free view below from the allocations (without locks; its commit locks
+the nodes it allocates on and checks again), and asks :func:`place` for one placement per
+task. A gang is placed whole or not
 at all. The answer explains itself: a refusal says why in plain words and whether waiting can
 help (``permanent`` is False) or not (the workload is bigger than any node).
 """
@@ -121,27 +122,38 @@ def _core_cluster(nodes: Sequence[FreeNode]) -> CoreCluster:
     return cluster
 
 
+def empty_shapes(nodes: Sequence[FreeNode]) -> list[FreeNode]:
+    """One empty node per distinct node shape (capacity, devices' models and memory), in the
+    order first seen: what ``too_big`` needs, a few dozen nodes for a cluster of thousands."""
+    shapes: dict[tuple[object, ...], FreeNode] = {}
+    for n in nodes:
+        key = (n.cpu_milli, n.memory_mib, tuple((d.model, d.memory_mib) for d in n.devices))
+        if key not in shapes:
+            shapes[key] = FreeNode(
+                n.node_id,
+                n.name,
+                n.cpu_milli,
+                n.memory_mib,
+                n.cpu_milli,
+                n.memory_mib,
+                True,
+                [
+                    FreeDevice(d.device_id, d.index, d.model, d.memory_mib, 1000, d.memory_mib)
+                    for d in n.devices
+                ],
+            )
+    return list(shapes.values())
+
+
 def too_big(nodes: Sequence[FreeNode], res: Resources) -> Reason | None:
-    """Why no node could ever hold one task, or None if some node could (when empty)."""
+    """Why no node could ever hold one task, or None if some node could (when empty).
+
+    Only the nodes' shapes matter: the answer is the same for ``empty_shapes(nodes)``, which
+    a caller asking for many workloads computes once."""
     if not nodes:
         return R.NO_NODES()
-    empty = [
-        FreeNode(
-            n.node_id,
-            n.name,
-            n.cpu_milli,
-            n.memory_mib,
-            n.cpu_milli,
-            n.memory_mib,
-            True,
-            [
-                FreeDevice(d.device_id, d.index, d.model, d.memory_mib, 1000, d.memory_mib)
-                for d in n.devices
-            ],
-        )
-        for n in nodes
-    ]
-    if any(_fit(n, res) for n in empty):
+    nodes = empty_shapes(nodes)
+    if any(_fit(n, res) for n in nodes):
         return None
     largest_cpu = max(n.cpu_milli for n in nodes)
     largest_mem = max(n.memory_mib for n in nodes)

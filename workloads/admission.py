@@ -1,26 +1,36 @@
 """Admission on the portal-scheduled clusters (local, simulated): one scheduling session of
 the scheduler core over a cluster's whole waiting line.
 
-A session runs with the cluster's node rows locked (sessions on one cluster run one at a time)
-and sees what runs there and what waits, the cluster's queues (weight, capability,
+A session sees what runs there and what waits, the cluster's queues (weight, capability,
 reclaimable) and each workload's priority. It decides, as Volcano would, what starts, what
 is evicted for it (preemption within a queue, reclaim across queues) and why the rest waits.
 Before the session, what can be decided alone is decided: a workload bigger than any node or
 from an expired grant is rejected, one outside its grant's window or over its quota waits.
-After it, each start is charged to the quota chain (locked rows, so concurrent sessions can
-never exceed a quota) and its allocations written. Work placed on resources that evicted
-workloads still hold waits until they have stopped: nothing is ever double-booked.
+
+It runs in two phases, so that its cost follows what changed rather than the length of the
+line, and no lock is held while it thinks:
+
+- **compute** (``_compute``): reads a snapshot without locks (the free view, the line, the
+  quota chains of the whole line in a few queries), runs the core session, and decides each
+  workload. What is per session is computed once (node shapes, the backend's apps) and what
+  depends only on a flavor once per flavor (too big, no such GPU, where it would go now).
+- **commit** (``_commit``): stops what was evicted, writes the rejections, then for the starts
+  locks the nodes they allocate on, their own rows and their quota chains (root-first), and
+  re-checks that what each takes is still free and still its own: one that no longer fits
+  (another session took it meanwhile) is left for the next session. Last, the Queued reasons
+  that changed are written in bulk; an unchanged one costs nothing. Work placed on resources
+  that evicted workloads still hold waits until they have stopped: nothing is double-booked,
+  and no quota is exceeded, however many sessions run at once.
 
 A session writes only its own decisions (Rejected, Queued with the reason, Starting with the
 allocations) and returns what it decided (:class:`Decisions`); stopping the evicted work is
-the caller's (``services.admit``), and the backend is handed each start by the lifecycle's
-listener after commit (``workloads.dispatch``).
+the caller's (``services.admit`` passes ``evict``), and the backend is handed each start by
+the lifecycle's listener after commit (``workloads.dispatch``).
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,14 +50,23 @@ from scheduling.core.scheduler import schedule as run_session
 from scheduling.inventory import free_nodes, queue_resolver
 from scheduling.models import Allocation, Cluster, Node
 from scheduling.models import Queue as QueueRow
-from scheduling.placement import FreeDevice, FreeNode, place, share_milli, too_big
+from scheduling.placement import (
+    FreeDevice,
+    FreeNode,
+    Placement,
+    empty_shapes,
+    place,
+    share_milli,
+    too_big,
+)
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from workloads import reasons as R
 from workloads import windows
 from workloads.choices import HOLDING, WAITING, State
-from workloads.lifecycle import transition
-from workloads.models import Workload
+from workloads.lifecycle import queue_all, transition
+from workloads.models import Grant, Workload
+from workloads.reasons import stored
 from workloads.specs import quota_request_for, resources_for
 
 logger = logging.getLogger(__name__)
@@ -69,6 +88,7 @@ class Decisions:
 
     started: list[str] = field(default_factory=list)  # workload ids now Starting
     evictions: list[Eviction] = field(default_factory=list)
+    contended: bool = False  # a start was no longer free at commit: another session may help
 
 
 def clusters_with_waiting_work() -> list[Cluster]:
@@ -85,106 +105,197 @@ class _Candidate:
     workload: Workload
     queue: str
     milli: int  # per device: 1000 for whole GPUs, the charged share for a fraction
+    res: Resources
 
 
-def schedule(cluster: Cluster) -> Decisions:
-    """One session over ``cluster``'s waiting line, in one transaction."""
-    decisions = Decisions()
-    with transaction.atomic():
-        nodes = free_nodes(cluster, lock=True)
-        waiting = list(
-            Workload.objects.select_for_update(of=("self",))
-            .filter(cluster=cluster, state__in=WAITING)
-            .select_related("flavor", "grant", "template", "tenant", "owner")
-            .order_by("created_at")
-        )
-        if not waiting:
-            return decisions
-        queues = _queues(cluster)
-        queue_of = queue_resolver(cluster)
-        candidates = []
-        for workload in waiting:
-            if _screen(workload, cluster, nodes):
-                candidate = _candidate(workload, nodes, queues, queue_of)
-                if candidate is not None:
-                    candidates.append(candidate)
-        if not candidates:
-            return decisions
-        running = _running(cluster, queues, queue_of)
-        snapshot = Snapshot(
-            nodes=_core_nodes(cluster),
-            queues=[q for q, _open in queues.values()],
-            jobs=[_job(c, order) for order, c in enumerate(candidates)],
-            running=running,
-            policy=cluster.placement_policy,
-        )
-        decision = run_session(snapshot)
-        decisions.evictions = _evictions(decision.evictions)
-        placed: dict[str, list[tuple[str, tuple[int, ...]]]] = defaultdict(list)
-        for placement in decision.placements:
-            placed[placement.job].append((placement.node, placement.devices))
-        free = {n.name: n for n in nodes}
-        for candidate in candidates:
-            workload = candidate.workload
-            key = str(workload.pk)
-            if key in placed and _start(candidate, placed[key], free):
-                if workload.state == State.STARTING:
-                    decisions.started.append(key)
+@dataclass
+class _Start:
+    candidate: _Candidate
+    slots: list[tuple[str, tuple[int, ...]]]  # per task: node name, device indices
+
+
+@dataclass
+class _Plan:
+    """What the compute phase decided, for the commit phase to write."""
+
+    rejected: list[tuple[Workload, R.Reason]] = field(default_factory=list)
+    starts: list[_Start] = field(default_factory=list)
+    queued: dict[object, tuple[Workload, R.Reason | None]] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    node_ids: dict[str, int] = field(default_factory=dict)  # node name → row id
+
+    def queue(self, workload: Workload, reason: R.Reason | None) -> None:
+        self.queued[workload.pk] = (workload, reason)
+
+
+class _Session:
+    """What one session computes once and reuses for every workload of the line: the free
+    view and its node shapes, the backend's apps, the quota chains of the whole line, and
+    per distinct flavor (and gang size) the answers that depend only on it."""
+
+    def __init__(self, cluster: Cluster, nodes: list[FreeNode], waiting: list[Workload]):
+        self.cluster = cluster
+        self.nodes = nodes
+        self.shapes = empty_shapes(nodes)
+        self.apps = get_backend(cluster).apps
+        self.today = timezone.localdate()
+        self.quotas = tenant_services.quota_snapshot((w.tenant, w.owner_id) for w in waiting)
+        self._resources: dict[int, Resources] = {}
+        self._too_big: dict[Resources, R.Reason | None] = {}
+        self._no_such_gpu: dict[Resources, R.Reason | None] = {}
+        self._milli: dict[Resources, int] = {}
+        self._windows: dict[int, bool] = {}
+        self._placements: dict[tuple[Resources, int], Placement] = {}
+
+    def resources(self, workload: Workload) -> Resources:
+        flavor = workload.flavor
+        if flavor.pk not in self._resources:
+            self._resources[flavor.pk] = resources_for(flavor)
+        return self._resources[flavor.pk]
+
+    def too_big(self, res: Resources) -> R.Reason | None:
+        if res not in self._too_big:
+            self._too_big[res] = too_big(self.shapes, res)
+        return self._too_big[res]
+
+    def no_such_gpu(self, res: Resources) -> R.Reason | None:
+        """Why it waits if the cluster has no such GPU at all right now (GPUs may be added)."""
+        if res not in self._no_such_gpu:
+            reason = None
+            if (res.gpus or res.gpu_milli) and not any(
+                not res.gpu_models or d.model in res.gpu_models
+                for n in self.shapes
+                for d in n.devices
+            ):
+                reason = place(self.shapes, res, 1).reason
+            self._no_such_gpu[res] = reason
+        return self._no_such_gpu[res]
+
+    def window_open(self, grant: Grant) -> bool:
+        if grant.pk not in self._windows:
+            self._windows[grant.pk] = windows.is_open(grant.windows)
+        return self._windows[grant.pk]
+
+    def milli(self, res: Resources) -> int:
+        if res not in self._milli:
+            self._milli[res] = share_milli(res, self.nodes) if res.gpu_milli else 1000
+        return self._milli[res]
+
+    def placement(self, res: Resources, workers: int) -> Placement:
+        """Where ``workers`` tasks of ``res`` would go on the free view as it is now; one core
+        cluster and placer per distinct shape until the view changes (``changed``)."""
+        key = (res, workers)
+        if key not in self._placements:
+            self._placements[key] = place(self.nodes, res, workers, self.cluster.placement_policy)
+        return self._placements[key]
+
+    def changed(self) -> None:
+        self._placements.clear()
+
+
+def schedule(cluster: Cluster, evict: Callable[[Eviction], object] | None = None) -> Decisions:
+    """One session over ``cluster``'s waiting line: computed from a snapshot read without
+    locks, then committed in short transactions (``evict`` stops what it evicts first)."""
+    plan = _compute(cluster)
+    if plan is None:
+        return Decisions()
+    return _commit(cluster, plan, evict)
+
+
+# --- the compute phase: reads, no locks, no writes ----------------------------------------------
+
+
+def _compute(cluster: Cluster) -> _Plan | None:
+    waiting = list(
+        Workload.objects.filter(cluster=cluster, state__in=WAITING)
+        .select_related("flavor", "grant", "grant__template", "template", "tenant", "owner")
+        .order_by("created_at")
+    )
+    if not waiting:
+        return None
+    nodes = free_nodes(cluster, lock=False)
+    session = _Session(cluster, nodes, waiting)
+    plan = _Plan()
+    queues = _queues(cluster)
+    queue_of = queue_resolver(cluster)
+    candidates = []
+    for workload in waiting:
+        if _screen(workload, session, plan):
+            candidate = _candidate(workload, session, plan, queues, queue_of)
+            if candidate is not None:
+                candidates.append(candidate)
+    if not candidates:
+        return plan
+    running = _running(cluster, queues, queue_of)
+    snapshot = Snapshot(
+        nodes=_core_nodes(cluster, nodes),
+        queues=[q for q, _open in queues.values()],
+        jobs=[_job(c, order) for order, c in enumerate(candidates)],
+        running=running,
+        policy=cluster.placement_policy,
+    )
+    decision = run_session(snapshot)
+    plan.evictions = _evictions(decision.evictions)
+    placed: dict[str, list[tuple[str, tuple[int, ...]]]] = defaultdict(list)
+    for placement in decision.placements:
+        placed[placement.job].append((placement.node, placement.devices))
+    free = {n.name: n for n in nodes}
+    plan.node_ids = {n.name: n.node_id for n in nodes}
+    for candidate in candidates:
+        workload = candidate.workload
+        key = str(workload.pk)
+        if key in placed and _fits(candidate, placed[key], free):
+            request = quota_request_for(workload)
+            refusal = session.quotas.check(workload.tenant, workload.owner_id, request)
+            if refusal is not None:  # the line's earlier starts took the room
+                plan.queue(workload, R.WAITING_FOR_QUOTA(why=refusal.reason))
                 continue
-            if key in decision.rejected:
-                transition(workload, State.REJECTED, reason=decision.rejected[key])
-                continue
-            reason = _why_waiting(
-                candidate,
-                nodes,
-                decision.waiting.get(key),
-                key in placed,
-                resources_for(workload.flavor),
-            )
-            transition(workload, State.QUEUED, reason=reason)
-        return decisions
+            session.quotas.charge(workload.tenant, workload.owner_id, request)
+            _take(candidate, placed[key], free)
+            session.changed()
+            plan.starts.append(_Start(candidate, placed[key]))
+            continue
+        if key in decision.rejected:
+            plan.rejected.append((workload, decision.rejected[key]))
+            continue
+        plan.queue(
+            workload, _why_waiting(candidate, session, decision.waiting.get(key), key in placed)
+        )
+    return plan
 
 
-def _screen(workload: Workload, cluster: Cluster, nodes: list[FreeNode]) -> bool:
+def _screen(workload: Workload, session: _Session, plan: _Plan) -> bool:
     """Decide what needs no session; True if the workload goes into the session."""
     grant, template = workload.grant, workload.template
-    apps = get_backend(cluster).apps
+    apps = session.apps
     if template and apps is not None and template.kind not in apps:
-        transition(
-            workload,
-            State.REJECTED,
-            reason=R.NEEDS_KUBERNETES(app=template.kind, cluster=cluster.name),
+        plan.rejected.append(
+            (workload, R.NEEDS_KUBERNETES(app=template.kind, cluster=session.cluster.name))
         )
         return False
-    if grant is not None and grant.expires_on and grant.expires_on < timezone.localdate():
-        transition(
-            workload,
-            State.REJECTED,
-            reason=R.GRANT_FOR_EXPIRED(template=str(grant.template), date=str(grant.expires_on)),
+    if grant is not None and grant.expires_on and grant.expires_on < session.today:
+        plan.rejected.append(
+            (
+                workload,
+                R.GRANT_FOR_EXPIRED(template=str(grant.template), date=str(grant.expires_on)),
+            )
         )
         return False
-    res = resources_for(workload.flavor)
-    reason = too_big(nodes, res)
+    res = session.resources(workload)
+    reason = session.too_big(res)
     if reason:
-        transition(workload, State.REJECTED, reason=reason)
+        plan.rejected.append((workload, reason))
         return False
-    if (res.gpus or res.gpu_milli) and not any(
-        not res.gpu_models or d.model in res.gpu_models for n in nodes for d in n.devices
-    ):  # no such GPU at all right now: GPUs may be added, so wait (the core would refuse)
-        transition(workload, State.QUEUED, reason=place(nodes, res, 1).reason)
+    reason = session.no_such_gpu(res)
+    if reason:  # no such GPU at all right now: GPUs may be added, so wait (the core would refuse)
+        plan.queue(workload, reason)
         return False
-    if grant is not None and not windows.is_open(grant.windows):
-        transition(
-            workload,
-            State.QUEUED,
-            reason=R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)),
-        )
+    if grant is not None and not session.window_open(grant):
+        plan.queue(workload, R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)))
         return False
-    refusal = tenant_services.check_quota(
-        tenant=workload.tenant, user=workload.owner, request=quota_request_for(workload)
-    )
+    refusal = session.quotas.check(workload.tenant, workload.owner_id, quota_request_for(workload))
     if refusal is not None:
-        transition(workload, State.QUEUED, reason=R.WAITING_FOR_QUOTA(why=refusal.reason))
+        plan.queue(workload, R.WAITING_FOR_QUOTA(why=refusal.reason))
         return False
     return True
 
@@ -208,17 +319,17 @@ def _queues(cluster: Cluster) -> dict[str, tuple[Queue, bool]]:
 
 def _candidate(
     workload: Workload,
-    nodes: list[FreeNode],
+    session: _Session,
+    plan: _Plan,
     queues: dict[str, tuple[Queue, bool]],
     queue_of: Callable[[Tenant], str],
 ) -> _Candidate | None:
     name = queue_of(workload.tenant) or DEFAULT_QUEUE
     if not queues.get(name, (None, True))[1]:
-        transition(workload, State.QUEUED, reason=R.WAITING(why=R.QUEUE_CLOSED(queue=name)))
+        plan.queue(workload, R.WAITING(why=R.QUEUE_CLOSED(queue=name)))
         return None
-    res = resources_for(workload.flavor)
-    milli = share_milli(res, nodes) if res.gpu_milli else 1000
-    return _Candidate(workload, name, milli)
+    res = session.resources(workload)
+    return _Candidate(workload, name, session.milli(res), res)
 
 
 def _task(name: str, workload: Workload, milli: int) -> TaskRequest:
@@ -249,31 +360,33 @@ def _job(candidate: _Candidate, order: int) -> Job:
     )
 
 
-def _core_nodes(cluster: Cluster) -> list[CoreNode]:
-    nodes = []
-    for node in (
+def _core_nodes(cluster: Cluster, nodes: list[FreeNode]) -> list[CoreNode]:
+    """The scheduler core's nodes: the free view's devices, the rows' labels and taints."""
+    by_name = {n.name: n for n in nodes}
+    core = []
+    for name, cpu_milli, memory_mib, labels, taints, cordoned in (
         Node.objects.filter(cluster=cluster, gone_at__isnull=True)
-        .prefetch_related("gpus")
         .order_by("pk")
+        .values_list("name", "cpu_milli", "memory_mib", "labels", "taints", "cordoned")
     ):
-        gpus = list(node.gpus.all())
-        taints = tuple(
-            Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule"))
-            for t in node.taints or ()
-        )
-        nodes.append(
+        free = by_name.get(name)
+        devices = free.devices if free is not None else []
+        core.append(
             CoreNode(
-                node.name,
-                node.cpu_milli,
-                node.memory_mib,
-                gpu_count=len(gpus),
-                gpu_model=gpus[0].model if gpus else "",
-                labels=dict(node.labels or {}),
-                taints=taints,
-                unschedulable=node.cordoned,
+                name,
+                cpu_milli,
+                memory_mib,
+                gpu_count=len(devices),
+                gpu_model=devices[0].model if devices else "",
+                labels=dict(labels or {}),
+                taints=tuple(
+                    Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule"))
+                    for t in taints or ()
+                ),
+                unschedulable=cordoned,
             )
         )
-    return nodes
+    return core
 
 
 def _running(
@@ -281,42 +394,54 @@ def _running(
     queues: dict[str, tuple[Queue, bool]],
     queue_of: Callable[[Tenant], str],
 ) -> list[Running]:
-    """What holds resources now, as the core sees it (from the allocation rows)."""
-    holding = {
-        w.pk: w
-        for w in Workload.objects.filter(cluster=cluster, state__in=HOLDING).select_related(
-            "tenant", "flavor"
-        )
-    }
-    rows: dict[tuple[uuid.UUID, int], list[Allocation]] = defaultdict(list)
-    for row in (
-        Allocation.objects.filter(workload__in=list(holding))
-        .select_related("node", "device")
+    """What holds resources now, as the core sees it (from the allocation rows, read as plain
+    values: a full 1,000-node cluster holds thousands)."""
+    holding: dict[object, tuple[int, int]] = {}
+    tenants: dict[int, Tenant] = {}
+    for pk, priority, tenant_id, path in Workload.objects.filter(
+        cluster=cluster, state__in=HOLDING
+    ).values_list("pk", "priority", "tenant_id", "tenant__path"):
+        holding[pk] = (priority, tenant_id)
+        if tenant_id not in tenants:
+            tenants[tenant_id] = Tenant(pk=tenant_id, path=path)
+    rows: dict[tuple[object, int], list[tuple[int, int, int, int | None, str]]] = defaultdict(list)
+    for held_id, task, cpu, memory, milli, index, node in (
+        Allocation.objects.filter(workload__cluster=cluster, workload__state__in=HOLDING)
         .order_by("workload", "task", "pk")
+        .values_list(
+            "workload_id",
+            "task",
+            "cpu_milli",
+            "memory_mib",
+            "gpu_milli",
+            "device__index",
+            "node__name",
+        )
     ):
-        rows[(row.workload_id, row.task)].append(row)
-    by_workload: dict[uuid.UUID, list[tuple[TaskRequest, str, tuple[int, ...]]]] = defaultdict(list)
-    for (workload_id, task), parts in rows.items():
-        devices = tuple(p.device.index for p in parts if p.device)
-        milli = next((p.gpu_milli for p in parts if p.device), 0)
+        if held_id in holding:
+            rows[(held_id, task)].append((cpu, memory, milli, index, node))
+    by_workload: dict[object, list[tuple[TaskRequest, str, tuple[int, ...]]]] = defaultdict(list)
+    for (part_of, task), parts in rows.items():
+        devices = tuple(p[3] for p in parts if p[3] is not None)
+        milli = next((p[2] for p in parts if p[3] is not None), 0)
         request = TaskRequest(
-            f"{workload_id}/{task}",
-            cpu_milli=sum(p.cpu_milli for p in parts),
-            memory_mib=sum(p.memory_mib for p in parts),
+            f"{part_of}/{task}",
+            cpu_milli=sum(p[0] for p in parts),
+            memory_mib=sum(p[1] for p in parts),
             num_gpu=len(devices),
             gpu_milli=milli if devices else 0,
         )
-        by_workload[workload_id].append((request, parts[0].node.name, devices))
+        by_workload[part_of].append((request, parts[0][4], devices))
     running: list[Running] = []
-    for workload_id, tasks in by_workload.items():
-        workload = holding[workload_id]
-        queue = queue_of(workload.tenant) or DEFAULT_QUEUE
+    for job_id, tasks in by_workload.items():
+        priority, tenant_id = holding[job_id]
+        queue = queue_of(tenants[tenant_id]) or DEFAULT_QUEUE
         queue = queue if queue in queues else DEFAULT_QUEUE
         job = Job(
-            str(workload_id),
+            str(job_id),
             tuple(t for t, _, _ in tasks),
             queue=queue,
-            priority=workload.priority,
+            priority=priority,
             min_available=len(tasks),
         )
         running.extend(Running(job, task, node, devices) for task, node, devices in tasks)
@@ -333,25 +458,32 @@ def _evictions(evictions: Iterable[CoreEviction]) -> list[Eviction]:
     return [Eviction(v, _eviction_reason(found[str(v.pk)])) for v in victims]
 
 
-def _start(
+def _fits(
     candidate: _Candidate, slots: list[tuple[str, tuple[int, ...]]], free: dict[str, FreeNode]
 ) -> bool:
-    """Charge the quota and allocate what the session placed, if it is free right now."""
+    """Is what the session placed free right now in ``free``?"""
+    flavor = candidate.workload.flavor
+    needs: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
+    for node_name, _devices in slots:
+        cpu, memory = needs[node_name]
+        needs[node_name] = (cpu + flavor.cpu_milli, memory + flavor.memory_mib)
+    for node_name, (cpu, memory) in needs.items():
+        node = free.get(node_name)
+        if node is None or node.free_cpu_milli < cpu or node.free_memory_mib < memory:
+            return False
+    for node_name, devices in slots:
+        by_index = {d.index: d for d in free[node_name].devices}
+        if any(i not in by_index or by_index[i].free_milli < candidate.milli for i in devices):
+            return False  # still held by work being evicted: wait until it has stopped
+    return True
+
+
+def _take(
+    candidate: _Candidate, slots: list[tuple[str, tuple[int, ...]]], free: dict[str, FreeNode]
+) -> list[Allocation]:
+    """Take what the session placed from ``free``; the allocation rows that say so."""
     workload = candidate.workload
     flavor = workload.flavor
-    for node_name, devices in slots:
-        node = free[node_name]
-        if node.free_cpu_milli < flavor.cpu_milli or node.free_memory_mib < flavor.memory_mib:
-            return False
-        by_index = {d.index: d for d in node.devices}
-        if any(by_index[i].free_milli < candidate.milli for i in devices):
-            return False  # still held by work being evicted: wait until it has stopped
-    request = quota_request_for(workload)
-    try:
-        tenant_services.reserve(tenant=workload.tenant, user=workload.owner, request=request)
-    except tenant_services.QuotaExceeded as exc:
-        transition(workload, State.QUEUED, reason=R.WAITING_FOR_QUOTA(why=exc.refusal.reason))
-        return True  # decided
     rows = []
     for task, (node_name, devices) in enumerate(slots):
         node = free[node_name]
@@ -384,40 +516,90 @@ def _start(
                     memory_mib=flavor.memory_mib if i == 0 else 0,
                 )
             )
-    Allocation.objects.bulk_create(rows)
-    charged = {k: str(v) for k, v in vars(request).items()}
-    where = ", ".join(sorted({node for node, _ in slots}))
-    transition(
-        workload,
-        State.STARTING,
-        reason=R.STARTING_ON(nodes=where),
-        quota_request=charged,
-        charged=True,
-    )
-    return True
+    return rows
 
 
 def _why_waiting(
     candidate: _Candidate,
-    nodes: list[FreeNode],
+    session: _Session,
     session_reason: R.Reason | None,
     evicting: bool,
-    res: Resources,
 ) -> R.Reason | None:
     if evicting:
         return R.WAITING_FOR_PREEMPTED()
     if session_reason is not None and session_reason.code.startswith("queue_"):
         return R.WAITING(why=session_reason)
-    workload = candidate.workload
-    placement = place(
-        nodes,
-        res,
-        workload.workers,
-        workload.cluster.placement_policy,
-    )
+    placement = session.placement(candidate.res, candidate.workload.workers)
     if not placement.placed:
         return placement.reason
     return R.WAITING(why=session_reason) if session_reason else R.WAITING_FOR_TURN()
+
+
+# --- the commit phase: short transactions, locks only on what is written ------------------------
+
+
+def _commit(cluster: Cluster, plan: _Plan, evict: Callable[[Eviction], object] | None) -> Decisions:
+    """Write the plan. Starts re-check under locks (the nodes they allocate on, their own
+    rows, the quota chains) that what they take is still free and still theirs; one that no
+    longer fits is left for the next session (``Decisions.contended``)."""
+    decisions = Decisions(evictions=plan.evictions)
+    with transaction.atomic():
+        if evict is not None:
+            for eviction in plan.evictions:
+                evict(eviction)
+        for workload, reason in plan.rejected:
+            transition(workload, State.REJECTED, reason=reason)
+        if plan.starts:
+            decisions.contended = not _start_all(cluster, plan, decisions)
+    changed = [
+        (workload, reason or "")
+        for workload, reason in plan.queued.values()
+        if workload.state != State.QUEUED
+        or stored(reason) != (workload.reason_code, workload.reason_params, workload.reason)
+    ]
+    if changed:
+        queue_all(changed)
+    return decisions
+
+
+def _start_all(cluster: Cluster, plan: _Plan, decisions: Decisions) -> bool:
+    """Charge and allocate the planned starts; False if any could not be as planned."""
+    as_planned = True
+    node_ids = sorted({plan.node_ids[name] for s in plan.starts for name, _devices in s.slots})
+    nodes = {n.name: n for n in free_nodes(cluster, lock=True, only=node_ids)}
+    still_waiting = set(
+        Workload.objects.select_for_update(of=("self",))
+        .filter(pk__in=[s.candidate.workload.pk for s in plan.starts], state__in=WAITING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    tenant_services.lock_chains(s.candidate.workload.tenant for s in plan.starts)
+    for start in plan.starts:
+        candidate = start.candidate
+        workload = candidate.workload
+        if workload.pk not in still_waiting or not _fits(candidate, start.slots, nodes):
+            as_planned = False  # taken meanwhile by another session: the next one decides
+            continue
+        request = quota_request_for(workload)
+        try:
+            tenant_services.reserve(tenant=workload.tenant, user=workload.owner, request=request)
+        except tenant_services.QuotaExceeded as exc:
+            transition(workload, State.QUEUED, reason=R.WAITING_FOR_QUOTA(why=exc.refusal.reason))
+            as_planned = False
+            continue
+        Allocation.objects.bulk_create(_take(candidate, start.slots, nodes))
+        charged = {k: str(v) for k, v in vars(request).items()}
+        where = ", ".join(sorted({node for node, _ in start.slots}))
+        transition(
+            workload,
+            State.STARTING,
+            reason=R.STARTING_ON(nodes=where),
+            quota_request=charged,
+            charged=True,
+        )
+        if workload.state == State.STARTING:
+            decisions.started.append(str(workload.pk))
+    return as_planned
 
 
 def _eviction_reason(session_reason: R.Reason) -> R.Reason:

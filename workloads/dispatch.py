@@ -3,7 +3,8 @@
 Registered in ``WorkloadsConfig.ready`` as a lifecycle listener, so the code that changes a
 workload never enqueues anything itself (and never imports the tasks):
 
-- created in ``Pending``      → ``admit`` (a scheduling session over its cluster's line);
+- created in ``Pending``      → ``admit_soon``: a scheduling session over its cluster's line
+  (coalesced: at most one pending per cluster);
 - into ``Starting`` from the line, or a new attempt of a job → ``submit`` to the backend
   (not a backend's own in-place restart, nor a new reason while it starts);
 - into ``Stopping``           → ``stop`` on the backend (re-sent by ``reconcile`` if lost).
@@ -17,7 +18,8 @@ re-sends stops that were not confirmed).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from celery import Task
 
@@ -29,16 +31,21 @@ logger = logging.getLogger(__name__)
 
 
 def dispatch(transitions: Sequence[Transition]) -> None:
+    admitting: set[int] = set()  # one session per cluster, however many launches
     for change in transitions:
+        if change.before == "" and change.after in WAITING:
+            if change.workload.cluster_id not in admitting:  # one session per cluster
+                admitting.add(change.workload.cluster_id)
+                _enqueue(tasks.admit_soon, change.workload.cluster_id)
+            continue
         task = task_for(change)
         if task is not None:
-            _enqueue(task, str(change.workload.pk))
+            _enqueue(task.delay, str(change.workload.pk))
 
 
 def task_for(change: Transition) -> Task | None:
-    """The task a committed transition calls for, if any."""
-    if change.before == "" and change.after in WAITING:
-        return tasks.admit
+    """The backend task a committed transition calls for, if any (admission is per cluster,
+    above)."""
     if change.after == State.STARTING and (change.before in WAITING or "attempt" in change.changed):
         return tasks.submit
     if change.after == State.STOPPING and change.before != State.STOPPING:
@@ -46,13 +53,12 @@ def task_for(change: Transition) -> Task | None:
     return None
 
 
-def _enqueue(task: Task, workload_id: str) -> None:
+def _enqueue(send: Callable[[Any], object], argument: Any) -> None:
     try:
-        task.delay(workload_id)
+        send(argument)
     except Exception as exc:  # kombu's errors vary by transport; none may reach the request
         logger.warning(
-            "could not enqueue %s for %s (%s): the periodic reconcile will pick it up",
-            task.name,
-            workload_id,
+            "could not enqueue work for %s (%s): the periodic reconcile will pick it up",
+            argument,
             exc,
         )

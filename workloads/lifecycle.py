@@ -9,7 +9,9 @@ transaction; listeners (live status, metering) are told after commit.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -114,6 +116,65 @@ def transition(
                 setattr(workload, name, value)
         _announce(Transition(current, before, to, frozenset(fields)))
     return True
+
+
+ROWS_PER_STATEMENT = 500
+
+
+def queue_all(items: Sequence[tuple[Workload, Reason | str]]) -> int:
+    """``transition(workload, Queued, reason=reason)`` for many waiting workloads at once (an
+    admission session's line), in a few statements: the rows still waiting locked together,
+    one UPDATE per distinct reason, the events in one INSERT. A workload already Queued with
+    that reason is not written, one no longer waiting is left as it is; listeners hear of
+    each move as from ``transition``. How many moved."""
+    wanted = {w.pk: (w, stored(reason)) for w, reason in items}
+    allowed = TRANSITIONS[State.QUEUED]
+    now = timezone.now()
+    moved = 0
+    keys = list(wanted)
+    with transaction.atomic():
+        for start in range(0, len(keys), ROWS_PER_STATEMENT):
+            rows = (
+                Workload.objects.select_for_update()
+                .filter(pk__in=keys[start : start + ROWS_PER_STATEMENT], state__in=allowed)
+                .values_list("pk", "state", "reason_code", "reason_params", "reason")
+            )
+            groups: dict[tuple[str, str, str, str], list[Any]] = defaultdict(list)
+            for pk, before, code, params, text in rows:
+                _workload, (to_code, to_params, to_text) = wanted[pk]
+                if before == State.QUEUED and (code, params, text) == (to_code, to_params, to_text):
+                    continue
+                key = (before, to_code, json.dumps(to_params, sort_keys=True), to_text)
+                groups[key].append(pk)
+            events = []
+            for (before, code, params_json, text), pks in groups.items():
+                updates = {
+                    "state": State.QUEUED,
+                    "reason": text,
+                    "reason_code": code,
+                    "reason_params": json.loads(params_json),
+                    "updated_at": now,
+                }
+                Workload.objects.filter(pk__in=pks, state=before).update(**updates)
+                for pk in pks:
+                    workload = wanted[pk][0]
+                    for name, value in updates.items():
+                        setattr(workload, name, value)
+                    if before != State.QUEUED:
+                        events.append(
+                            WorkloadEvent(
+                                workload=workload,
+                                from_state=before,
+                                to_state=State.QUEUED,
+                                reason=text,
+                                reason_code=code,
+                                reason_params=updates["reason_params"],
+                            )
+                        )
+                    _announce(Transition(workload, before, State.QUEUED))
+                moved += len(pks)
+            WorkloadEvent.objects.bulk_create(events)
+    return moved
 
 
 def created(workload: Workload, *, actor: Any = None, reason: Reason | str = "") -> None:

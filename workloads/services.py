@@ -79,14 +79,27 @@ def admit_queued(cluster: Cluster | None = None) -> int:
     return sum(_session(c) for c in clusters)
 
 
+SESSION_RETRIES = 3
+
+
 def _session(cluster: Cluster) -> int:
+    """One admission session (``admission.schedule``): computed without locks, committed in
+    short transactions; the work it evicts is stopped in its commit. A start another session
+    took first is left over, so the session runs again (a few times at most) while that
+    happens: what was committed meanwhile is then part of what it reads."""
+    started = 0
     # Reasons are stored in English whatever language the launching request was in (tasks
     # run in-process without Redis, inside that request); pages translate them.
-    with translation.override("en"), transaction.atomic():
-        decisions = admission.schedule(cluster)
-        for eviction in decisions.evictions:
-            stop(actor=None, workload=eviction.workload, reason=eviction.reason)
-    return len(decisions.started)
+    with translation.override("en"):
+        for _attempt in range(SESSION_RETRIES):
+            decisions = admission.schedule(
+                cluster,
+                evict=lambda e: stop(actor=None, workload=e.workload, reason=e.reason),
+            )
+            started += len(decisions.started)
+            if not decisions.contended:
+                break
+    return started
 
 
 # --- Stopping and extending --------------------------------------------------------------------

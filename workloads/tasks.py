@@ -2,7 +2,9 @@
 errors are retried. Without REDIS_URL they run in-process (task_always_eager).
 
 The backend work of a transition (admit, submit, stop) is enqueued after commit by
-``workloads.dispatch``; the periodic ones come from the beat schedule in ``portal/celery.py``.
+``workloads.dispatch``; admission is per cluster and coalesced (``admit_soon``: at most one
+session pending per cluster, whatever the number of launches); the periodic ones come from
+the beat schedule in ``portal/celery.py``.
 For Kubernetes clusters a watcher per cluster (``kubernetes_watch``) follows Jobs, PodGroups,
 pods and Deployments live; a cache lock with expiry keeps it to one worker per cluster; it runs
 for a few minutes and the beat starts the next (``kubernetes_watch_all``), so a lost worker
@@ -16,6 +18,7 @@ import logging
 from typing import Any
 
 from celery import Task, shared_task
+from django.core.cache import cache
 
 from scheduling.backends.base import BackendError
 from scheduling.choices import BackendKind
@@ -26,7 +29,7 @@ from scheduling.tasks import kubernetes_backend as _kubernetes
 from scheduling.tasks import kubernetes_clusters
 from workloads import reconcile as loop
 from workloads import services
-from workloads.choices import State
+from workloads.choices import WAITING, State
 from workloads.models import Workload
 
 log = logging.getLogger(__name__)
@@ -37,9 +40,47 @@ FOLLOW_POLLS = 240
 FOLLOW_SECONDS = 0.25
 
 
+ADMIT_PENDING = "quanta:admit-pending:{}"
+ADMIT_PENDING_SECONDS = 30.0  # a lost message delays the cluster's admissions this long at most
+
+
+def admit_soon(cluster_id: int) -> bool:
+    """Ask for an admission session over the cluster's line, unless one is already pending:
+    a burst of launches enqueues one session, plus at most one for what arrives while it runs
+    (the task clears the flag as it starts, before it reads the line). ``cache.add`` is atomic
+    on Redis and on the in-process cache; in-process the session runs here and now. True if
+    a session was enqueued."""
+    key = ADMIT_PENDING.format(cluster_id)
+    if not cache.add(key, 1, timeout=ADMIT_PENDING_SECONDS):
+        return False
+    try:
+        admit_cluster.delay(cluster_id)
+    except BaseException:
+        cache.delete(key)  # not enqueued: the next request must not wait for the expiry
+        raise
+    return True
+
+
+@shared_task(name="quanta.workloads.admit_cluster", acks_late=True)
+def admit_cluster(cluster_id: int) -> int:
+    """One admission session over a cluster's line; how many started."""
+    cache.delete(ADMIT_PENDING.format(cluster_id))  # what arrives from now asks for the next
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    return services.admit_queued(cluster) if cluster is not None else 0
+
+
 @shared_task(name="quanta.workloads.admit", acks_late=True)
 def admit(workload_id: str) -> str:
-    return services.admit(workload_id)
+    """Messages queued before sessions were per cluster: ask for the workload's cluster's
+    session (``admit_soon``); its state now."""
+    found = Workload.objects.filter(pk=workload_id).values_list("cluster_id", "state").first()
+    if found is None:
+        return ""
+    cluster_id, state = found
+    if state in WAITING:
+        admit_soon(cluster_id)
+        state = Workload.objects.values_list("state", flat=True).get(pk=workload_id)
+    return str(state)
 
 
 @shared_task(name="quanta.cluster.submit", acks_late=True, bind=True, max_retries=5)
@@ -68,10 +109,13 @@ def stop(self: Task, workload_id: str) -> None:
 
 @shared_task(name="quanta.cluster.reconcile", acks_late=True)
 def reconcile() -> None:
-    """Follow every portal-scheduled cluster: transitions, stops, orphans, then the line."""
+    """Follow every portal-scheduled cluster: transitions, stops, orphans; then ask for a
+    session over its line if one waits (``admit_soon``: not here, on the cluster queue, and
+    not a second one while one is pending)."""
     for cluster in Cluster.objects.exclude(backend=BackendKind.KUBERNETES):
         loop.reconcile(cluster)
-        services.admit_queued(cluster)
+        if Workload.objects.filter(cluster=cluster, state__in=WAITING).exists():
+            admit_soon(cluster.pk)
 
 
 @shared_task(name="quanta.cluster.follow", acks_late=True)

@@ -258,6 +258,7 @@ class Session:
             * self.snap.overcommit
         )
         claimed = {name: np.zeros(3) for name in self.queues}
+        evictable: dict[tuple[str, int], Vec] = {}
         for job in sorted(self.jobs.values(), key=self.job_order):
             if job.name in self.inqueue or job.name in self.rejected:
                 continue
@@ -271,9 +272,15 @@ class Session:
             ):
                 self.waiting[job.name] = R.QUEUE_CAPABILITY(queue=job.queue)
                 continue
-            if (need > idle + self._evictable_for(job) + _EPS).any():
-                self.waiting[job.name] = R.CLUSTER_FULL()
-                continue
+            if (need > idle + _EPS).any():
+                # What preemption and reclaim could free depends only on the job's queue and
+                # priority while enqueue runs (nothing runs or stops meanwhile): once each.
+                key = (job.queue, job.priority)
+                if key not in evictable:
+                    evictable[key] = self._evictable_for(job)
+                if (need > idle + evictable[key] + _EPS).any():
+                    self.waiting[job.name] = R.CLUSTER_FULL()
+                    continue
             idle -= need
             claimed[job.queue] += need
             self.inqueue.append(job.name)

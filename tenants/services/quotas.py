@@ -205,3 +205,87 @@ def _apply(
         used_environments=F("used_environments") + sign * request.environments,
         used_jobs=F("used_jobs") + sign * request.jobs,
     )
+
+
+class QuotaSnapshot:
+    """The quota chains of many members at once, read without locks in a few queries: what a
+    scheduling session checks its whole line against (``quota_snapshot``).
+
+    ``charge`` adds a request in memory only (the session's plan: what it is about to start
+    counts against what comes after it in the line); ``reserve`` charges the rows for real.
+    """
+
+    def __init__(self, quotas: dict[int, Quota], usage: dict[tuple[int, int], MemberUsage]):
+        self._quotas = quotas
+        self._usage = usage
+
+    def _chain(self, tenant: Tenant, user_id: int | None) -> tuple[list[Quota], dict[int, Any]]:
+        ids = tenant.ancestor_ids
+        usage: dict[int, MemberUsage] = {}
+        if user_id is not None:
+            for tenant_id in ids:
+                key = (tenant_id, user_id)
+                if key not in self._usage:  # a missing row is zero use
+                    self._usage[key] = MemberUsage(tenant_id=tenant_id, user_id=user_id)
+                usage[tenant_id] = self._usage[key]
+        return [self._quotas[i] for i in ids], usage
+
+    def check(
+        self, tenant: Tenant, user_id: int | None, request: quota_math.Request
+    ) -> quota_math.Refusal | None:
+        """What ``check_quota`` would say, from the snapshot and the charges made to it."""
+        quotas, usage = self._chain(tenant, user_id)
+        return quota_math.check(request, _levels(quotas, usage))
+
+    def charge(self, tenant: Tenant, user_id: int | None, request: quota_math.Request) -> None:
+        quotas, usage = self._chain(tenant, user_id)
+        for q in quotas:
+            q.used_gpus += request.gpus
+            q.used_gpu_memory_mib += request.gpu_memory_mib
+            q.used_cpu_cores += request.cpu_cores
+            q.used_memory_mib += request.memory_mib
+            q.used_environments += request.environments
+            q.used_jobs += request.jobs
+        for u in usage.values():
+            u.used_gpus += request.gpus
+            u.used_environments += request.environments
+            u.used_jobs += request.jobs
+
+
+USERS_PER_QUERY = 500
+
+
+def quota_snapshot(members: Iterable[tuple[Tenant, int | None]]) -> QuotaSnapshot:
+    """The quota chains of every (tenant, user id) in ``members``: one query for the quota rows
+    of all their tenants and ancestors, one per 500 members for their usage rows. No locks and
+    no writes (a tenant without a quota row is unlimited, as ``reserve`` will create it)."""
+    members = list(members)
+    ids = sorted({i for tenant, _user in members for i in tenant.ancestor_ids})
+    quotas = {
+        q.tenant_id: q for q in Quota.objects.filter(tenant_id__in=ids).select_related("tenant")
+    }
+    missing = [i for i in ids if i not in quotas]
+    for tenant in Tenant.objects.filter(pk__in=missing) if missing else ():
+        quotas[tenant.pk] = Quota(tenant=tenant)
+    users = sorted({user for _tenant, user in members if user is not None})
+    usage: dict[tuple[int, int], MemberUsage] = {}
+    for start in range(0, len(users), USERS_PER_QUERY):
+        for row in MemberUsage.objects.filter(
+            tenant_id__in=ids, user_id__in=users[start : start + USERS_PER_QUERY]
+        ):
+            usage[(row.tenant_id, row.user_id)] = row
+    return QuotaSnapshot(quotas, usage)
+
+
+def lock_chains(tenants: Iterable[Tenant]) -> None:
+    """Lock the quota rows of every chain a commit is about to charge, all at once and in one
+    global order (by path, so root-first): two commits sharing any tenant queue on it instead
+    of each holding a part of what the other needs. ``reserve`` then finds them held."""
+    ids = sorted({i for tenant in tenants for i in tenant.ancestor_ids})
+    if ids:
+        list(
+            Quota.objects.select_for_update(of=("self",))
+            .filter(tenant_id__in=ids)
+            .order_by("tenant__path")
+            .values_list("pk", flat=True)
+        )
