@@ -37,4 +37,4 @@ RUN SECRET_KEY=collectstatic-only-not-a-secret DEBUG=false \
     python manage.py collectstatic --noinput
 
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--websocket-max-message-size", "67108864", "--websocket-max-frame-size", "67108864", "portal.asgi:application"]
+CMD ["daphne", "-e", "tcp:port=8000:interface=0.0.0.0:backlog=1024", "--websocket-max-message-size", "67108864", "--websocket-max-frame-size", "67108864", "portal.asgi:application"]

@@ -160,6 +160,7 @@ async def hammer(base: str, tokens: list[str], doubles: int, deadline: float) ->
     first: collections.Counter[int] = collections.Counter()
     final: collections.Counter[int] = collections.Counter()
     seconds: list[float] = []
+    failures: collections.Counter[str] = collections.Counter()
     requests = [(token, str(uuid.uuid4())) for token in tokens]
     requests += [(token, str(uuid.uuid4())) for token in tokens[:doubles]]  # a second launch
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=deadline) as client:
@@ -176,8 +177,9 @@ async def hammer(base: str, tokens: list[str], doubles: int, deadline: float) ->
                         headers={"Authorization": f"Bearer {token}", "Idempotency-Key": key},
                     )
                     code = response.status_code
-                except httpx.HTTPError:
-                    code = 0  # no answer at all (reset, timeout)
+                except httpx.HTTPError as exc:
+                    code = 0  # no answer at all (refused, reset, timeout)
+                    failures[type(exc).__name__] += 1
                 if tries == 1:
                     first[code] += 1
                 if code == 503 and time.monotonic() - started < deadline:
@@ -190,7 +192,7 @@ async def hammer(base: str, tokens: list[str], doubles: int, deadline: float) ->
         started = time.monotonic()
         await asyncio.gather(*(one(t, k) for t, k in requests))
         wall = time.monotonic() - started
-    return {"first": first, "final": final, "seconds": seconds, "wall": wall}
+    return {"first": first, "final": final, "seconds": seconds, "wall": wall, "failures": failures}
 
 
 def outcome(env: dict[str, str], limit: int) -> dict[str, Any]:
@@ -325,15 +327,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     admin_url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    rows = [
-        describe("embedded (in-process tasks), PostgreSQL", run_mode(admin_url, "", args), args)
-    ]
+    results = [run_mode(admin_url, "", args)]
+    rows = [describe("embedded (in-process tasks), PostgreSQL", results[0], args)]
     if args.redis:
-        rows.append(
-            describe(
-                "Redis + Celery worker, PostgreSQL", run_mode(admin_url, args.redis, args), args
-            )
-        )
+        results.append(run_mode(admin_url, args.redis, args))
+        rows.append(describe("Redis + Celery worker, PostgreSQL", results[1], args))
     header = (
         "| mode | requests | first answers | final answers | 5xx / none | holding (limit) "
         "| most per student (limit 1) | p50 to final | p99 to final | most DB connections |\n"
@@ -341,6 +339,7 @@ def main() -> None:
     )
     table = "\n".join([header, *rows])
     print(table)
+    print("no answer, by error:", [dict(r.get("failures", {})) for r in results])
     if args.out:
         args.out.write_text(
             args.out.read_text().split("<!-- results -->")[0]

@@ -137,6 +137,9 @@ DATABASES = {"default": _db}
 # PostgreSQL's max_connections (100 by default).
 WEB_CONCURRENCY = envint("WEB_CONCURRENCY", 32, minimum=1)
 WEB_QUEUE_SECONDS = envint("WEB_QUEUE_SECONDS", 10, minimum=0)
+# Connections the listening socket holds before the server accepts them (`manage.py serve`;
+# daphne in production: `-e tcp:port=8000:interface=0.0.0.0:backlog=1024`).
+WEB_BACKLOG = envint("WEB_BACKLOG", 1024, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, channel layer, cache ----------------------------------------------

@@ -7,6 +7,7 @@ administers the department; root is a superuser.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,18 @@ def _tasks_in_process(request: pytest.FixtureRequest) -> Iterator[None]:
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = eager
+
+
+@pytest.fixture(autouse=True)
+def _own_admission_flags(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own "admission pending" flags in the cache: a flag a test leaves behind
+    (its session enqueued, never run) must not hold back the next test's admissions. (Not
+    with a real worker: it reads the flags under their real names.)"""
+    from workloads import tasks
+
+    if request.node.get_closest_marker("celery_worker"):
+        return
+    monkeypatch.setattr(tasks, "ADMIT_PENDING", f"quanta:test-{uuid.uuid4().hex}:{{}}")
 
 
 @pytest.fixture

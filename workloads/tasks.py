@@ -15,6 +15,7 @@ on a slower period.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import Task, shared_task
@@ -50,6 +51,8 @@ def admit_soon(cluster_id: int) -> bool:
     (the task clears the flag as it starts, before it reads the line). ``cache.add`` is atomic
     on Redis and on the in-process cache; in-process the session runs here and now. True if
     a session was enqueued."""
+    if _runs_in_process():
+        return _admit_in_process(cluster_id)
     key = ADMIT_PENDING.format(cluster_id)
     if not cache.add(key, 1, timeout=ADMIT_PENDING_SECONDS):
         return False
@@ -58,6 +61,39 @@ def admit_soon(cluster_id: int) -> bool:
     except BaseException:
         cache.delete(key)  # not enqueued: the next request must not wait for the expiry
         raise
+    return True
+
+
+# In-process (no broker): one thread at a time runs a cluster's sessions; a launch that comes
+# while one runs asks it for one more round instead of running a session of its own beside it
+# (which would only wait on the same rows). The rounds are bounded so that one request does
+# not serve a whole burst; what is left the embedded beat admits on its next tick.
+_IN_PROCESS_ROUNDS = 5
+_in_process_locks: dict[int, threading.Lock] = {}
+_in_process_again: set[int] = set()
+_in_process_guard = threading.Lock()
+
+
+def _runs_in_process() -> bool:
+    return bool(admit_cluster.app.conf.task_always_eager)
+
+
+def _admit_in_process(cluster_id: int) -> bool:
+    with _in_process_guard:
+        lock = _in_process_locks.setdefault(cluster_id, threading.Lock())
+        if not lock.acquire(blocking=False):
+            _in_process_again.add(cluster_id)
+            return False
+    try:
+        for _round in range(_IN_PROCESS_ROUNDS):
+            with _in_process_guard:
+                _in_process_again.discard(cluster_id)
+            admit_cluster(cluster_id)
+            with _in_process_guard:
+                if cluster_id not in _in_process_again:
+                    break
+    finally:
+        lock.release()
     return True
 
 

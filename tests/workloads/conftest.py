@@ -3,6 +3,7 @@ GPUs, flavors, a JupyterLab template granted to class A, and a fake backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,8 @@ from scheduling.backends import registry
 from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Cluster, GpuDevice, Node
 from tests.workloads.fakes import FakeBackend
-from workloads.models import AppTemplate, Flavor, Grant, Image
+from workloads import reconcile
+from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 
 
 @pytest.fixture
@@ -96,3 +98,30 @@ def local_catalog(world: Any, kind: str = "jupyter") -> tuple[Cluster, AppTempla
     grant = Grant.objects.create(template=template, tenant=world.class_a)
     grant.flavors.set([flavor])
     return cluster, template, flavor
+
+
+@pytest.fixture
+def run(django_capture_on_commit_callbacks: Any) -> Any:
+    """Run a service call and what it queues after commit (admit, submit, stop), as a real
+    commit would; a workload it returns is read again."""
+
+    def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            result = fn(*args, **kwargs)
+        if isinstance(result, Workload):
+            result.refresh_from_db()
+        return result
+
+    return call
+
+
+def wait_for(cluster: Cluster, workload: Workload, state: str, timeout: float = 30) -> Workload:
+    """Reconcile ``cluster`` until ``workload`` is in ``state`` (real processes take a while)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reconcile.reconcile(cluster)
+        workload.refresh_from_db()
+        if workload.state == state:
+            return workload
+        time.sleep(0.2)
+    raise AssertionError(f"still {workload.state}: {workload.reason}")

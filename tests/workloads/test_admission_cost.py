@@ -102,18 +102,10 @@ def test_a_start_is_written_and_the_unchanged_rest_is_not(world, catalog, backen
 
 
 @pytest.fixture
-def run(django_capture_on_commit_callbacks):
-    def call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return call
-
-
-@pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """What ``admit_soon`` sends to the broker, not run (as with a worker that is busy)."""
     sent: list[int] = []
+    monkeypatch.setattr(tasks, "_runs_in_process", lambda: False)  # a broker, not in-process
     monkeypatch.setattr(tasks.admit_cluster, "delay", sent.append)
     cache.delete_many([tasks.ADMIT_PENDING.format(pk) for pk in range(1, 100)])
     return sent
@@ -167,3 +159,20 @@ def test_in_process_admission_runs_at_once(world, catalog, backend, run) -> None
         w = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
         w.refresh_from_db()
         assert w.state == State.STARTING
+
+
+def test_in_process_a_launch_during_a_session_gets_one_more_round_not_a_second_session(
+    world, catalog, backend, run, monkeypatch
+) -> None:
+    real = services.admit_queued
+    sessions: list[int] = []
+
+    def session(cluster):
+        sessions.append(cluster.pk)
+        if len(sessions) == 1:  # a launch comes while the first session runs
+            assert tasks.admit_soon(cluster.pk) is False  # asks for another round
+        return real(cluster)
+
+    monkeypatch.setattr(services, "admit_queued", session)
+    run(services.launch_environment, actor=world.bob, template=catalog.jupyter)
+    assert sessions == [catalog.cluster.pk] * 2  # one more round, in the same thread

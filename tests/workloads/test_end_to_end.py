@@ -18,8 +18,8 @@ from django.test import Client
 from portal.asgi import application
 from scheduling.backends import registry
 from scheduling.models import Cluster
-from tests.workloads.conftest import local_catalog
-from workloads import reconcile, services
+from tests.workloads.conftest import local_catalog, wait_for
+from workloads import services
 from workloads.choices import State
 from workloads.models import AppTemplate, Workload
 
@@ -43,17 +43,6 @@ async def fetch(method: str, path: str, cookie: str, body: bytes = b"") -> dict[
 def setup_catalog(world: Any) -> tuple[Cluster, AppTemplate]:
     cluster, template, _flavor = local_catalog(world, "jupyter")
     return cluster, template
-
-
-def wait_for(cluster: Cluster, workload: Workload, state: str, timeout: float) -> Workload:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reconcile.reconcile(cluster)
-        workload.refresh_from_db()
-        if workload.state == state:
-            return workload
-        time.sleep(0.25)
-    raise AssertionError(f"still {workload.state}: {workload.reason}")
 
 
 @pytest.mark.asyncio

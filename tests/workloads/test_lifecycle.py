@@ -20,20 +20,6 @@ from workloads.models import Workload
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def run(django_capture_on_commit_callbacks):
-    """Run a service call and the tasks it queues after commit (admit, submit, stop)."""
-
-    def call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            result = fn(*args, **kwargs)
-        if isinstance(result, Workload):
-            result.refresh_from_db()
-        return result
-
-    return call
-
-
 def states(workload: Workload) -> list[str]:
     return [e.to_state for e in workload.events.all() if e.from_state != e.to_state]
 

@@ -15,18 +15,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def run(django_capture_on_commit_callbacks):
-    def call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            result = fn(*args, **kwargs)
-        if hasattr(result, "refresh_from_db"):
-            result.refresh_from_db()
-        return result
-
-    return call
-
-
-@pytest.fixture
 def class_b_grant(world, catalog) -> Grant:
     grant = Grant.objects.create(template=catalog.jupyter, tenant=world.class_b)
     grant.flavors.set([catalog.gpu])

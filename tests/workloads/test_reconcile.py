@@ -5,7 +5,6 @@ lifecycle tells its listeners."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import psutil
 import pytest
@@ -15,24 +14,10 @@ from django.utils import timezone
 from scheduling.backends import registry
 from scheduling.backends.base import Phase
 from scheduling.models import Allocation
-from tests.workloads.conftest import local_catalog
+from tests.workloads.conftest import local_catalog, wait_for
 from workloads import lifecycle, reconcile, services, tasks
 from workloads.choices import State, WorkloadKind
 from workloads.models import Workload
-
-
-@pytest.fixture
-def run(django_capture_on_commit_callbacks):
-    """Run a call and the tasks it queues after commit."""
-
-    def call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            result = fn(*args, **kwargs)
-        if isinstance(result, Workload):
-            result.refresh_from_db()
-        return result
-
-    return call
 
 
 @pytest.fixture
@@ -160,17 +145,6 @@ def test_a_lost_stop_on_this_host_ends_the_process_and_gives_everything_back(
     registry.forget()
 
 
-def wait_for(cluster, workload: Workload, state: str, timeout: float = 30) -> Workload:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reconcile.reconcile(cluster)
-        workload.refresh_from_db()
-        if workload.state == state:
-            return workload
-        time.sleep(0.2)
-    raise AssertionError(f"still {workload.state}: {workload.reason}")
-
-
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -246,7 +220,7 @@ def test_a_broker_that_is_down_after_commit_is_not_an_error_and_the_sweeper_catc
     def down(*args: object) -> None:
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(tasks.admit, "delay", down)
+    monkeypatch.setattr(tasks.admit_cluster, "delay", down)
     client = APIClient()
     client.force_authenticate(world.bob)
     with django_capture_on_commit_callbacks(execute=True):

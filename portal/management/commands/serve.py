@@ -1,8 +1,13 @@
 """`manage.py serve`: the embedded mode's server (what `make run` starts): the ASGI
-development server plus, without REDIS_URL, the periodic tasks on a thread."""
+development server plus, without REDIS_URL, the periodic tasks on a thread.
+
+The server listens with a backlog of ``WEB_BACKLOG`` connections (Twisted's default is 50: a
+burst of a few hundred browsers or scripts connecting at once would find connections refused
+or dropped before the portal could answer them, even with a 503)."""
 
 from typing import Any
 
+from daphne.management.commands import runserver
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
@@ -24,4 +29,16 @@ class Command(BaseCommand):
             sync_backend_nodes(cluster)
         if not settings.REDIS_URL:
             EmbeddedBeat().start()
-        call_command("runserver", addrport, use_reloader=False)
+        listen = runserver.build_endpoint_description_strings
+        backlog = settings.WEB_BACKLOG
+
+        def with_backlog(**where: Any) -> list[str]:
+            return [
+                f"{e}:backlog={backlog}" if e.startswith("tcp:") else e for e in listen(**where)
+            ]
+
+        runserver.build_endpoint_description_strings = with_backlog
+        try:
+            call_command("runserver", addrport, use_reloader=False)
+        finally:
+            runserver.build_endpoint_description_strings = listen
