@@ -61,4 +61,5 @@ def _enqueue(send: Callable[[Any], object], argument: Any) -> None:
             "could not enqueue work for %s (%s): the periodic reconcile will pick it up",
             argument,
             exc,
+            exc_info=True,  # in-process the work itself ran here: its traceback matters
         )
