@@ -185,5 +185,5 @@ def desktop(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
     for workload in environments:
         kind = workload.template.kind if workload.template else "jupyter"
-        workload.open_suffix = {"jupyter": "lab", "terminal": "terminals/1"}.get(kind, "")
+        workload.open_suffix = {"jupyter": "lab", "terminal": "lab"}.get(kind, "")
     return render(request, "workloads/desktop.html", {"environments": environments})

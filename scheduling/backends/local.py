@@ -63,6 +63,33 @@ NOTEBOOK_APPS = frozenset({"jupyter", "terminal"})
 APPS = NOTEBOOK_APPS | {"tensorboard"}  # tensorboard where it is installed (checked at submit)
 KUBERNETES_ONLY_APPS = frozenset({"vscode", "pycharm-desktop"})
 
+# The Terminal app's JupyterLab opens with this layout: one terminal named "1", full width.
+# On load JupyterLab restores it with ``terminal:create-new {name: "1"}``, which reconnects
+# to terminal 1 or starts it. The file name is jupyterlab_server's slug of "default".
+TERMINAL_NAME = "1"
+TERMINAL_WORKSPACE_FILE = "default-37a8.jupyterlab-workspace"
+TERMINAL_WORKSPACE: dict[str, Any] = {
+    "data": {
+        "layout-restorer:data": {
+            "main": {
+                "dock": {
+                    "type": "tab-area",
+                    "currentIndex": 0,
+                    "widgets": [f"terminal:{TERMINAL_NAME}"],
+                },
+                "current": f"terminal:{TERMINAL_NAME}",
+            },
+            "down": {"size": 0, "widgets": []},
+            "left": {"collapsed": True, "visible": True, "widgets": []},
+            "right": {"collapsed": True, "visible": True, "widgets": []},
+            "relativeSizes": [0, 1, 0],
+            "top": {"simpleVisibility": True},
+        },
+        f"terminal:{TERMINAL_NAME}": {"data": {"name": TERMINAL_NAME}},
+    },
+    "metadata": {"id": "default"},
+}
+
 # The portal's own environment carries its secrets (database URL, secret key): workloads get
 # only this allow-list of it, plus whatever the spec and the backend set.
 ENV_ALLOW = frozenset(
@@ -73,6 +100,7 @@ ENV_ALLOW = frozenset(
         "https_proxy", "no_proxy",
     }
 )  # fmt: skip
+WORKLOAD_ID_VARIABLE = "QUANTA_WORKLOAD_ID"  # set on every task, inherited by its children
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PROBE_TIMEOUT = 1.5  # seconds; a busy server just stays STARTING for one more poll
 CREATE_TIME_SLACK = 0.05  # psutil create times are jiffy-rounded
@@ -147,6 +175,7 @@ class LocalBackend:
                     for task in state["tasks"]:
                         if self._task_alive(task):
                             self._terminate_task(task)
+                    _signal_escaped(state, signal.SIGTERM)
             self._sweep(state, now)
             self._save_if_changed(workdir, state, before)
 
@@ -232,7 +261,9 @@ class LocalBackend:
                 before = _snapshot(state)
                 self._sweep(state, time.time())
                 self._save_if_changed(workdir, state, before)
-                if any(self._task_alive(task) for task in state["tasks"]):
+                if any(self._task_alive(task) for task in state["tasks"]) or _marked_processes(
+                    workdir.name
+                ):
                     alive.add(workdir.name)
         return alive
 
@@ -318,7 +349,8 @@ class LocalBackend:
         else:
             token = secrets.token_urlsafe(32)
             state["token"] = token
-            env.update(self._jupyter_dirs(workdir, token, port, base_url, cwd))
+            terminal = spec.app == "terminal"
+            env.update(self._jupyter_dirs(workdir, token, port, base_url, cwd, terminal=terminal))
             command = [self.python, "-m", "jupyterlab"]
         self._launch(state, workdir, 0, command, cwd, env)
         return state
@@ -415,7 +447,7 @@ class LocalBackend:
             HOME=str(cwd),
             CUDA_DEVICE_ORDER="PCI_BUS_ID",
             CUDA_VISIBLE_DEVICES=",".join(str(index) for index in placement.gpu_indices),
-            QUANTA_WORKLOAD_ID=spec.workload_id,
+            QUANTA_WORKLOAD_ID=spec.workload_id,  # stop finds every process by it
             QUANTA_ATTEMPT=str(spec.attempt),
         )
         if spec.resources.gpu_milli:
@@ -424,16 +456,26 @@ class LocalBackend:
         return env
 
     def _jupyter_dirs(
-        self, workdir: Path, token: str, port: int, base_url: str, cwd: Path
+        self,
+        workdir: Path,
+        token: str,
+        port: int,
+        base_url: str,
+        cwd: Path,
+        *,
+        terminal: bool = False,
     ) -> dict[str, str]:
         """Private Jupyter config/data/runtime dirs, so nothing global interferes, with a
         config file (mode 0600) that carries the token: never on the command line, never in
-        the log (jupyter_server prints ``token=...`` for a token it did not generate)."""
+        the log (jupyter_server prints ``token=...`` for a token it did not generate). For the
+        Terminal app, a default workspace that opens terminal ``1`` (JupyterLab 4 has no
+        terminal URL of its own: the workspace's layout creates it, or reconnects to it)."""
         dirs = {
             "JUPYTER_CONFIG_DIR": workdir / "jupyter" / "config",
             "JUPYTER_DATA_DIR": workdir / "jupyter" / "data",
             "JUPYTER_RUNTIME_DIR": workdir / "jupyter" / "runtime",
         }
+        workspaces = workdir / "jupyter" / "workspaces"
         for path in dirs.values():
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         server: dict[str, Any] = {
@@ -457,8 +499,15 @@ class LocalBackend:
                     "jupyterlab.handlers.announcements.NeverCheckForUpdate"
                 ),
                 "extension_manager": "readonly",
+                "workspaces_dir": str(workspaces),
             },
         }
+        if terminal:
+            server["terminals_enabled"] = True
+            workspaces.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (workspaces / TERMINAL_WORKSPACE_FILE).write_text(
+                json.dumps(TERMINAL_WORKSPACE), encoding="utf-8"
+            )
         config_file = dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json"
         descriptor = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
@@ -527,7 +576,7 @@ class LocalBackend:
         alive = [self._task_alive(task) for task in tasks]
         exits = [_read_exit(workdir / task["exit_file"]) for task in tasks]
         if state.get("stop_requested_at") is not None:
-            if any(alive):
+            if any(alive) or _marked_processes(workload_id):
                 phase = Phase.RUNNING if state.get("ready") or state["kind"] == "job" else None
                 return Observation(
                     workload_id,
@@ -694,10 +743,13 @@ class LocalBackend:
         for task in state["tasks"]:
             if not task.get("gone") and _identify(task) is not False:
                 _signal_session(task, sig)
+        _signal_marked(state["workload_id"], sig)
 
     def _sweep(self, state: dict[str, Any], now: float) -> None:
         """SIGKILL what may no longer run: every session once its grace after a stop or a
-        gang failure is over, and the leftovers of a task whose command has exited."""
+        gang failure is over, and the leftovers of a task whose command has exited. Then also
+        every process marked with this workload's id, wherever it went (``setsid``, double
+        fork): once the grace is over, or, without a stop or failure, once no task is left."""
         deadlines = [
             float(at) + self.stop_grace_seconds
             for at in (state.get("stop_requested_at"), state.get("failed_at"))
@@ -712,6 +764,8 @@ class LocalBackend:
             if (overdue or finished) and _identify(task) is not False:
                 _signal_session(task, signal.SIGKILL)
             self._task_alive(task)
+        if overdue or (not deadlines and all(task.get("gone") for task in state["tasks"])):
+            _signal_marked(state["workload_id"], signal.SIGKILL)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -827,6 +881,50 @@ def _signal_session(task: Mapping[str, Any], sig: signal.Signals) -> None:
     for process in targets.values():
         with contextlib.suppress(psutil.Error):
             process.send_signal(sig)
+
+
+def _marked_processes(workload_id: str) -> list[Any]:
+    """Live processes of this user whose environment carries ``QUANTA_WORKLOAD_ID`` =
+    ``workload_id``: every task sets it and children inherit it, so this finds what left the
+    task's session (``setsid``, a double fork) and is no longer anyone's descendant. Never
+    this process or its ancestors (a portal started from inside a workload)."""
+    me = os.getpid()
+    uid = os.getuid()
+    spared = {me}
+    with contextlib.suppress(psutil.Error):
+        spared.update(parent.pid for parent in psutil.Process(me).parents())
+    marked = []
+    for process in psutil.process_iter():
+        if process.pid in spared:
+            continue
+        try:
+            if process.uids().real != uid:
+                continue
+            if process.environ().get(WORKLOAD_ID_VARIABLE) != workload_id:
+                continue
+            if process.status() == psutil.STATUS_ZOMBIE:
+                _reap(process.pid)
+                continue
+            marked.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return marked
+
+
+def _signal_marked(workload_id: str, sig: signal.Signals) -> None:
+    for process in _marked_processes(workload_id):
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(sig)
+
+
+def _signal_escaped(state: Mapping[str, Any], sig: signal.Signals) -> None:
+    """Signal the marked processes outside every task's session: the runner forwards the
+    stop to its command's group only, and the command must see one SIGTERM, not two."""
+    sessions = {int(task["pid"]) for task in state["tasks"]}
+    for process in _marked_processes(str(state["workload_id"])):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(process.pid) not in sessions:
+                process.send_signal(sig)
 
 
 def _read_exit(path: Path) -> dict[str, Any] | None:

@@ -129,3 +129,81 @@ def _stop_all(world: Any, cluster: Cluster) -> None:
     for workload in Workload.objects.filter(state__in=(State.STARTING, State.RUNNING)):
         services.stop(actor=world.bob, workload=workload)
         wait_for(cluster, workload, State.STOPPED, 60)
+
+
+def setup_terminal_catalog(world: Any) -> tuple[Cluster, AppTemplate]:
+    cluster, template, _flavor = local_catalog(world, "terminal")
+    return cluster, template
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_student_opens_the_terminal_app_and_runs_a_command_in_its_shell(
+    world: Any, tmp_path: Any, settings: Any
+) -> None:
+    settings.DATA_DIR = tmp_path
+    registry.forget()
+    cluster, template = await database_sync_to_async(setup_terminal_catalog)(world)
+    try:
+        workload = await database_sync_to_async(services.launch_environment)(
+            actor=world.bob, template=template
+        )
+        workload = await database_sync_to_async(wait_for)(cluster, workload, State.RUNNING, 90)
+        base = workload.open_path
+        bob = await database_sync_to_async(cookie_for)(world.bob)
+        charlie = await database_sync_to_async(cookie_for)(world.charlie)
+
+        # What the portal opens (My Desktop, the API's open_url) is a page that exists...
+        opened = await database_sync_to_async(_open_url)(workload)
+        assert opened == base + "lab"
+        page = await fetch("GET", opened, bob)
+        assert page["status"] == 200 and b"JupyterLab" in page["body"]
+        assert b'"terminalsAvailable": true' in page["body"]
+        assert (await fetch("GET", opened, charlie))["status"] == 404
+        # ... whose layout opens terminal 1 (created on load, or reconnected to).
+        layout = await fetch("GET", base + "lab/api/workspaces/default", bob)
+        assert layout["status"] == 200
+        data = json.loads(layout["body"])["data"]
+        assert data["terminal:1"] == {"data": {"name": "1"}}
+        assert data["layout-restorer:data"]["main"]["current"] == "terminal:1"
+
+        created = await fetch("POST", base + "api/terminals", bob, b"{}")
+        assert created["status"] == 200, created["body"][:300]
+        name = json.loads(created["body"])["name"]
+        assert (await fetch("POST", base + "api/terminals", charlie, b"{}"))["status"] == 404
+        headers = [(b"host", b"localhost"), (b"origin", b"http://localhost")]
+        outsider = WebsocketCommunicator(
+            application,
+            f"{base}terminals/websocket/{name}",
+            headers=[*headers, (b"cookie", charlie.encode())],
+        )
+        assert not (await outsider.connect(timeout=20))[0]
+
+        ws = WebsocketCommunicator(
+            application,
+            f"{base}terminals/websocket/{name}",
+            headers=[*headers, (b"cookie", bob.encode())],
+        )
+        connected, _ = await ws.connect(timeout=20)
+        assert connected
+        await ws.send_to(text_data=json.dumps(["stdin", "echo $((6*7))\r"]))
+        output = ""
+        deadline = time.monotonic() + 30
+        while "42\r\n" not in output and time.monotonic() < deadline:
+            message = json.loads(await ws.receive_from(timeout=30))
+            if message[0] == "stdout":
+                output += message[1]
+        await ws.disconnect()
+        assert "42\r\n" in output, output  # the shell's answer, not the echo of the input
+    finally:
+        await database_sync_to_async(_stop_all)(world, cluster)
+    backend = registry.get_backend(cluster)
+    assert backend.running() == set()
+    registry.forget()
+
+
+def _open_url(workload: Workload) -> str | None:
+    from workloads.api.serializers import WorkloadSerializer
+
+    workload.refresh_from_db()
+    return WorkloadSerializer(workload).data["open_url"]

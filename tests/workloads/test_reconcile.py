@@ -5,6 +5,7 @@ lifecycle tells its listeners."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import psutil
 import pytest
@@ -143,6 +144,42 @@ def test_a_lost_stop_on_this_host_ends_the_process_and_gives_everything_back(
     world.class_a.quota.refresh_from_db()
     assert world.class_a.quota.used_jobs == 0 and world.class_a.quota.used_cpu_cores == 0
     registry.forget()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_ends_processes_that_left_the_jobs_session(world, settings, tmp_path) -> None:
+    """A job whose command starts a ``setsid`` child and a double-forked daemon (its own
+    session, parent gone): Stop ends them all, and the job is Stopped only after that."""
+    settings.DATA_DIR = tmp_path
+    registry.forget()
+    cluster, _template, flavor = local_catalog(world, "jupyter")
+    command = "sh -c \"setsid sleep 300 & (setsid sh -c 'sleep 301 &' &); echo started; wait\""
+    job = services.submit_job(actor=world.bob, tenant=world.class_a, flavor=flavor, command=command)
+    job = wait_for(cluster, job, State.RUNNING)
+    deadline = time.monotonic() + 10
+    while len(_marked(str(job.pk))) < 4 and time.monotonic() < deadline:  # runner, sh, sleeps
+        time.sleep(0.05)
+    names = sorted(process.name() for process in _marked(str(job.pk)))
+    assert names.count("sleep") == 2, names
+
+    services.stop(actor=world.bob, workload=job)
+    job = wait_for(cluster, job, State.STOPPED, timeout=40)
+    assert _marked(str(job.pk)) == []
+    assert str(job.pk) not in registry.get_backend(cluster).running()
+    registry.forget()
+
+
+def _marked(workload_id: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("QUANTA_WORKLOAD_ID") != workload_id:
+                continue
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _alive(pid: int) -> bool:

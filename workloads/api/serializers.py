@@ -216,7 +216,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
         if workload.cluster.is_simulated:
             return None  # nothing runs on a simulated cluster, so there is nothing to open
         kind = workload.template.kind if workload.template else "jupyter"
-        suffix = {"jupyter": "lab", "terminal": "terminals/1", "tensorboard": ""}.get(kind, "")
+        suffix = {"jupyter": "lab", "terminal": "lab", "tensorboard": ""}.get(kind, "")
         return f"{workload.open_path}{suffix}"
 
 

@@ -144,6 +144,71 @@ def test_a_job_that_ignores_sigterm_is_killed_once_the_grace_period_is_over(root
     assert_none_left(root, timeout=1)
 
 
+ESCAPING_JOB = (
+    "sh", "-c",
+    # A child that calls setsid (still a descendant), and a double fork into a new session
+    # whose parent exits at once: it belongs to no task's session and to no one's tree. It
+    # ignores SIGTERM, so only the SIGKILL after the grace can end it.
+    "setsid sleep 300 & "
+    "(setsid sh -c 'trap \"\" TERM; echo $$ > escapee.pid; while :; do sleep 1; done' &); "
+    "echo started; wait",
+)  # fmt: skip
+
+
+def marked(workload_id: str) -> list[psutil.Process]:
+    """Live processes whose environment says they belong to ``workload_id``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("QUANTA_WORKLOAD_ID") != workload_id:
+                continue
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_stop_kills_what_left_the_tasks_session_and_waits_for_it(
+    backend: LocalBackend, root: Path
+) -> None:
+    handle = backend.submit(job(ESCAPING_JOB))
+    escapee_file = root / handle.workload_id / "work" / "escapee.pid"
+    deadline = time.monotonic() + 10
+    while not escapee_file.is_file() or not escapee_file.read_text().strip():
+        assert time.monotonic() < deadline, all_logs(backend, handle)
+        time.sleep(0.05)
+    escapee = psutil.Process(int(escapee_file.read_text()))
+    runner = int(handle.state["tasks"][0]["pid"])
+    assert os.getsid(escapee.pid) != runner  # out of the task's session
+    assert runner not in [parent.pid for parent in escapee.parents()]  # and out of its tree
+
+    backend.stop(handle)
+    # The task's own processes end on SIGTERM; the escapee does not, and while it lives the
+    # workload is not reported gone (so the portal keeps sending the stop).
+    deadline = time.monotonic() + GRACE - 0.3
+    while time.monotonic() < deadline:
+        assert escapee.is_running() and escapee.status() != psutil.STATUS_ZOMBIE
+        assert backend.observe([handle])[handle.workload_id].phase not in TERMINAL_PHASES
+        assert handle.workload_id in backend.running()
+        time.sleep(0.2)
+    observation = wait_for(backend, handle, Phase.STOPPED, timeout=GRACE + 5)
+    assert str(observation.reason) == "stopped on request"
+    assert marked(handle.workload_id) == []
+    assert handle.workload_id not in backend.running()
+
+
+def test_a_job_that_exits_leaves_no_daemon_behind(backend: LocalBackend, root: Path) -> None:
+    command = ("sh", "-c", "(setsid sh -c 'sleep 300 &' &); sleep 0.3; echo done")
+    handle = backend.submit(job(command))
+    assert wait_for(backend, handle, *TERMINAL_PHASES).phase == Phase.SUCCEEDED
+    deadline = time.monotonic() + 5
+    while marked(handle.workload_id) and time.monotonic() < deadline:
+        backend.observe([handle])
+        time.sleep(0.1)
+    assert marked(handle.workload_id) == []
+
+
 def test_workers_get_their_rank_world_size_one_master_port_and_not_the_portals_secrets(
     backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
