@@ -664,5 +664,13 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
                 await self.upstream.close(code=upstream_close_code(code))
         if self.pump is not None and not self.pump.done():
             self.pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await self.pump
+            except asyncio.CancelledError:
+                # The pump's own cancellation is expected; ours (the server or an event loop
+                # shutting down cancels this consumer) must go on, or the loop waits forever.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+            except Exception:
+                pass
