@@ -31,7 +31,9 @@ from scheduling.core.replay import run_arrival, summarize_arrival  # noqa: E402
 from scheduling.core.trace import load_nodes, load_tasks  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-TRACES = Path(os.environ.get("OPENB_TRACES", "/work/shared/traces/openb"))
+ROOT = Path(__file__).resolve().parents[1]
+# The shared traces beside the checkout (<repo>/../shared), unless OPENB_TRACES says otherwise.
+TRACES = Path(os.environ.get("OPENB_TRACES", str(ROOT.parent / "shared" / "traces" / "openb")))
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILES = {
     "default": "openb_pod_list_default.csv",

@@ -1,7 +1,17 @@
 """Skip marks for tests that need a real service; each prints why it was skipped."""
 
+from pathlib import Path
+
 import pytest
 from django.conf import settings
+
+# The project's shared data sits beside the checkout (<repo>/../shared), never at a path of
+# one machine; tests that need more than the samples in tests/ skip, saying so, without it.
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+OPENB = SHARED / "traces" / "openb"
+requires_openb = pytest.mark.skipif(
+    not OPENB.is_dir(), reason=f"needs the openb traces in {OPENB} (../shared beside the repo)"
+)
 
 on_postgres = "postgresql" in settings.DATABASES["default"]["ENGINE"]
 

@@ -14,7 +14,8 @@ from scheduling.core.trace import load_nodes, load_tasks
 
 from .build import node, task
 
-OPENB = Path("/work/shared/traces/openb")
+# Every 10th GPU node and the first 800 pods of openb default, shipped with the tests.
+SAMPLE = Path(__file__).with_name("data")
 
 
 def test_the_replay_metric_reproduces_a_known_small_case_exactly() -> None:
@@ -58,10 +59,9 @@ def test_inflation_shuffles_the_trace_then_tops_it_up_to_the_target() -> None:
     assert sum(t.gpu_total_milli for t in smaller) <= 2500
 
 
-@pytest.mark.skipif(not OPENB.exists(), reason="openb traces not present")
 def test_an_arrival_replay_of_a_trace_slice_is_reproducible_and_fgd_beats_random() -> None:
-    nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")[::10]
-    tasks = load_tasks(OPENB / "openb_pod_list_default.csv")[:800]
+    nodes = load_nodes(SAMPLE / "openb_nodes_sample.csv")
+    tasks = load_tasks(SAMPLE / "openb_pods_sample.csv")
     first = run_arrival(nodes, tasks, "fgd-cpu", 42)
     again = run_arrival(nodes, tasks, "fgd-cpu", 42)
     assert (first.allocated_milli == again.allocated_milli).all()

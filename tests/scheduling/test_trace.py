@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduling.core.trace import TraceError, load_nodes, load_tasks
+from tests.marks import OPENB, requires_openb
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,V100M16\nn1,8000,32768,0,\n"
 PODS = (
@@ -47,12 +48,10 @@ def test_the_optional_columns_may_be_absent(tmp_path: Path) -> None:
     assert only.num_gpu == 8 and only.gpu_models == frozenset()
 
 
+@requires_openb
 def test_the_real_openb_files_load() -> None:
-    root = Path("/work/shared/traces/openb")
-    if not root.exists():
-        pytest.skip("openb traces not present")
-    nodes = load_nodes(root / "openb_node_list_gpu_node.csv")
-    tasks = load_tasks(root / "openb_pod_list_default.csv", {n.gpu_model for n in nodes})
+    nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")
+    tasks = load_tasks(OPENB / "openb_pod_list_default.csv", {n.gpu_model for n in nodes})
     assert (len(nodes), sum(n.gpu_count for n in nodes), len(tasks)) == (1213, 6212, 8152)
 
 
