@@ -24,7 +24,7 @@ line, and no lock is held while it thinks:
 
 A session writes only its own decisions (Rejected, Queued with the reason, Starting with the
 allocations) and returns what it decided (:class:`Decisions`); stopping the evicted work is
-the caller's (``services.admit`` passes ``evict``), and the backend is handed each start by
+the caller's (``services.admit_queued`` passes ``evict``), and the backend is handed each start by
 the lifecycle's listener after commit (``workloads.dispatch``).
 """
 

@@ -5,7 +5,7 @@ Every function here is one transaction with the actor passed explicitly; the lif
 listeners enqueue the backend work after commit (``workloads.dispatch``). The flow:
 
     launch_environment / submit_job  → Pending (``workloads.launch``); admitted after commit
-    admit        → Rejected (never fits, not allowed), Queued (why, in plain words) or
+    admit_queued → Rejected (never fits, not allowed), Queued (why, in plain words) or
                    Starting (quota charged, resources allocated); evicted work is stopped
     (dispatch)   → the backend starts what is Starting; ``reconcile`` follows it to its end
     stop         → Stopping; the backend stops it; ``reconcile`` sees it gone (and re-sends a
@@ -43,7 +43,6 @@ from workloads.lifecycle import note, transition
 from workloads.models import Workload
 
 __all__ = [
-    "admit",
     "admit_queued",
     "check_env",
     "cull",
@@ -62,14 +61,6 @@ IDLE_WARNING = dt.timedelta(minutes=10)
 
 
 # --- Admission ---------------------------------------------------------------------------------
-
-
-def admit(workload_id: str) -> str:
-    """Decide a waiting workload (with the rest of its cluster's line); its state after."""
-    workload = Workload.objects.select_related("cluster").get(pk=workload_id)
-    if workload.state in WAITING:
-        _session(workload.cluster)
-    return Workload.objects.values_list("state", flat=True).get(pk=workload_id)
 
 
 def admit_queued(cluster: Cluster | None = None) -> int:

@@ -48,7 +48,7 @@ def test_work_admitted_while_reconcile_runs_is_not_taken_for_an_orphan(
         # Between reconcile's read of the database and the backend's list, another request
         # launches, admits and submits an environment.
         workload = services.launch_environment(actor=world.bob, template=catalog.jupyter)
-        services.admit(str(workload.pk))
+        services.admit_queued(catalog.cluster)
         reconcile.submit(str(workload.pk))
         late.append(workload)
         return listed()
