@@ -32,6 +32,7 @@ from scheduling.backends.base import BackendError, Handle, Observation, Phase
 from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
 from workloads import reasons as R
+from workloads.activity import advance_activity
 from workloads.choices import ACTIVE, HOLDING, State, WorkloadKind
 from workloads.lifecycle import note, transition
 from workloads.models import Workload
@@ -170,8 +171,11 @@ def apply_observation(workload: Workload, obs: Observation) -> None:
     if obs.phase != Phase.UNKNOWN and obs.attempt < workload.attempt:
         return  # a previous attempt's last words: the portal has moved on
     state = workload.state
-    if obs.last_activity and obs.last_activity != workload.last_activity_at:
-        Workload.objects.filter(pk=workload.pk).update(last_activity_at=obs.last_activity)
+    if obs.last_activity and (
+        workload.last_activity_at is None or obs.last_activity > workload.last_activity_at
+    ):
+        # Only forward: the proxy and the SSH gateway record activity too (workloads.activity).
+        advance_activity(workload.pk, obs.last_activity)
         workload.last_activity_at = obs.last_activity
     if obs.phase == Phase.RUNNING and state == State.STARTING:
         deadline = None
