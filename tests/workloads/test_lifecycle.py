@@ -288,6 +288,32 @@ def test_activity_keeps_an_environment_alive(world, catalog, backend, run) -> No
     assert w.state == State.RUNNING
 
 
+def test_use_through_the_proxy_or_ssh_keeps_an_environment_alive(
+    world, catalog, backend, run
+) -> None:
+    """Apps that report no activity of their own (VS Code, a desktop, SSH) are kept alive by
+    the traffic the portal sees; an older report from the backend does not undo it."""
+    from django.core.cache import cache
+
+    from workloads.activity import record_activity
+
+    w = _running(world, catalog, backend, run)
+    used = w.started_at + dt.timedelta(minutes=55)
+    cache.clear()
+    assert record_activity(w.pk, at=used)
+    assert not record_activity(w.pk, at=used + dt.timedelta(seconds=5))  # throttled
+    backend.set(w.pk, Phase.RUNNING, last_activity=w.started_at + dt.timedelta(minutes=1))
+    run(reconcile.reconcile, catalog.cluster)
+    w.refresh_from_db()
+    assert w.last_activity_at == used
+    run(services.cull, now=used + dt.timedelta(minutes=30))
+    w.refresh_from_db()
+    assert w.state == State.RUNNING
+    run(services.cull, now=used + dt.timedelta(minutes=61))
+    w.refresh_from_db()
+    assert w.state == State.STOPPED and w.reason == "idle for 60 minutes"
+
+
 def test_the_maximum_duration_stops_and_extending_moves_it(world, catalog, backend, run) -> None:
     catalog.grant.max_extensions = 1
     catalog.grant.save()
