@@ -467,7 +467,7 @@ class LocalBackend:
         elif resources.memory_mib:
             argv += ["--rlimit-as", str(resources.memory_mib * 1024 * 1024)]
         if isolation.sandbox:
-            argv.append("--sandboxed")
+            argv += ["--sandboxed", "--program", command[0]]
             command = _sandbox.wrap(
                 command,
                 home=cwd,
@@ -898,7 +898,7 @@ class LocalBackend:
             finished = (workdir / task["exit_file"]).exists()
             if (overdue or finished) and _identify(task) is not False:
                 _signal_session(task, signal.SIGKILL)
-            if (overdue or finished) and task.get("cgroups"):
+            if (overdue or (finished and not deadlines)) and task.get("cgroups"):
                 _sandbox.kill(task["cgroups"])  # the whole sandbox, setsid children included
             self._task_alive(task)
         if overdue or (not deadlines and all(task.get("gone") for task in state["tasks"])):

@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,14 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return None
 
 
+def _findable(program: str, cwd: str | None) -> bool:
+    """``program`` resolves (on PATH, or as a path from ``cwd``); the sandbox shows the same
+    /usr, Python and home at the same paths."""
+    if "/" in program:
+        return os.access(os.path.join(cwd or ".", program), os.X_OK)
+    return shutil.which(program) is not None
+
+
 def signal_sandboxed(group: int, signum: int) -> None:
     """Signal the group ``group`` (bwrap's) but not bwrap itself nor its child, the sandbox's
     init: bwrap dies of SIGTERM, and then its --die-with-parent kills everything inside."""
@@ -115,6 +124,7 @@ def run(
     cgroups: Sequence[str] = (),
     rlimit_as: int | None = None,
     sandboxed: bool = False,
+    program: str | None = None,
 ) -> int:
     """Run ``command`` with output appended to ``log_path``; return its shell-style code."""
     child: subprocess.Popen[bytes] | None = None
@@ -147,6 +157,11 @@ def run(
         if pending:  # stopped before it started: do not start it at all
             write_exit_file(exit_path, 128 + pending[0], pending[0])
             return 128 + pending[0]
+        if program is not None and not _findable(program, cwd):
+            # bwrap would say "execvp …" and exit 1: say it the way an unsandboxed start does.
+            log.write(f"quanta: cannot start {program!r}: No such file or directory\n".encode())
+            write_exit_file(exit_path, 127, None)
+            return 127
         try:
             child = subprocess.Popen(
                 list(command),
@@ -182,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cgroup", action="append", default=[], help="cgroup to join first")
     parser.add_argument("--rlimit-as", type=int, default=None, help="address-space limit")
     parser.add_argument("--sandboxed", action="store_true", help="the command is bwrap")
+    parser.add_argument("--program", help="the program the sandbox will run: found first")
     parser.add_argument("--enter", action="store_true", help="join the cgroups and exec")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the argv to run")
     args = parser.parse_args(argv)
@@ -203,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cgroups=args.cgroup,
         rlimit_as=args.rlimit_as,
         sandboxed=args.sandboxed,
+        program=args.program,
     )
 
 
