@@ -635,7 +635,7 @@ class LocalBackend:
             prefix += ["--cgroup", directory]
         return [
             *prefix, "--", shutil.which("nsenter") or "nsenter", f"--target={init}", "--mount",
-            "--pid", f"--wd={home}", "--", "/usr/bin/env",
+            "--pid", f"--wdns={home}", "--", "/usr/bin/env",
             f"{WORKLOAD_ID_VARIABLE}={state['workload_id']}",
             f"QUANTA_ATTEMPT={state.get('attempt', 0)}",
         ]  # fmt: skip
