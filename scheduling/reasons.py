@@ -119,8 +119,7 @@ WORKER_KILLED = define(
 WORKER_OUT_OF_MEMORY = define(
     "worker_out_of_memory",
     gettext_noop(
-        "worker %(n)s was killed for using more than its %(mib)s MiB of memory "
-        "(exit code %(code)s)"
+        "worker %(n)s was killed for using more than its %(mib)s MiB of memory (exit code %(code)s)"
     ),
 )
 WORKER_DISAPPEARED = define(

@@ -445,7 +445,10 @@ def test_a_notebook_keeps_its_token_off_logs_and_command_lines_and_its_config_pr
         assert env["CUDA_VISIBLE_DEVICES"] == ""
         assert env["HOME"].endswith("/home/bob")
         assert env["JUPYTER_CONFIG_DIR"] == str(workdir / "run" / "jupyter" / "config")
-    for private in (workdir / "state.json", workdir / "run/jupyter/config/jupyter_server_config.json"):
+    for private in (
+        workdir / "state.json",
+        workdir / "run/jupyter/config/jupyter_server_config.json",
+    ):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
 
 
