@@ -409,3 +409,21 @@ def test_a_sandboxed_notebook_serves_jupyterlab_and_its_terminal(
     assert os.path.isdir(portal / "workloads" / handle.workload_id / "run" / "jupyter")
     backend.stop(handle)
     wait_for(backend, handle, Phase.STOPPED, timeout=GRACE + 15)
+
+
+def test_without_cgroups_memory_is_bounded_by_an_rlimit_and_the_node_says_so(
+    portal: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "detect_cgroups", lambda parent=None: (None, "none writable"))
+    backend = LocalBackend(portal / "workloads", gpus=(), stop_grace_seconds=GRACE)
+    assert backend.isolation.limits == "rlimit"
+    assert backend.nodes()[0].labels["quanta.io/limits"] == "rlimit"
+    assert any(
+        "not enforced" in note and "none writable" in note for note in backend.isolation.notes
+    )
+    hog = "python -c \"b = bytearray(512 * 1024 * 1024); print('got 512 MiB')\""
+    handle = backend.submit(job("alice", portal, hog, resources=Resources(memory_mib=128)))
+    observation = wait_for(backend, handle, *TERMINAL_PHASES, timeout=60)
+    assert observation.phase == Phase.FAILED
+    assert "MemoryError" in str(observation.reason)
+    assert handle.state["tasks"][0]["cgroups"] == []
