@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from websockets.sync.client import connect
 
 from scheduling.backends import sandbox
 from scheduling.backends.base import (
@@ -403,7 +404,19 @@ def test_a_sandboxed_notebook_serves_jupyterlab_and_its_terminal(
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(request, timeout=20) as response:
         assert response.status == 200
-        assert json.loads(response.read())["name"]
+        name = json.loads(response.read())["name"]
+    # The terminal is a real shell on a pty of the sandbox's own devpts.
+    url = endpoint.url.replace("http://", "ws://") + f"terminals/websocket/{name}"
+    seen = ""
+    with connect(url, additional_headers=dict(endpoint.headers), open_timeout=20) as socket:
+        socket.send(json.dumps(["stdin", "tty; ls /tmp | wc -l; echo done-$((6*7))\r"]))
+        deadline = time.monotonic() + 30
+        while "done-42" not in seen:
+            assert time.monotonic() < deadline, seen
+            kind, *rest = json.loads(socket.recv(timeout=30))
+            if kind == "stdout":
+                seen += rest[0]
+    assert "/dev/pts/" in seen
     status, _ = get(endpoint.url + "api/status")
     assert status == 403 or status == 401  # no token, no entry
     assert os.path.isdir(portal / "workloads" / handle.workload_id / "run" / "jupyter")
