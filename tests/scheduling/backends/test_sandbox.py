@@ -21,7 +21,7 @@ import psutil
 import pytest
 from websockets.sync.client import connect
 
-from scheduling.backends import sandbox
+from scheduling.backends import registry, sandbox
 from scheduling.backends.base import (
     TERMINAL_PHASES,
     GpuInfo,
@@ -32,6 +32,7 @@ from scheduling.backends.base import (
     WorkloadSpec,
 )
 from scheduling.backends.local import LocalBackend
+from scheduling.models import Cluster
 from tests.scheduling.backends.contract import all_logs, wait_for
 from tests.scheduling.backends.test_local import assert_none_left, get
 
@@ -85,8 +86,9 @@ def no_stray_processes(tmp_path: Path) -> Iterator[None]:
 
 
 def job(owner: str, portal: Path, script: str, **fields: Any) -> WorkloadSpec:
+    fields.setdefault("workload_id", str(uuid.uuid4()))
     return WorkloadSpec(
-        workload_id=str(uuid.uuid4()), kind="job", app="command", owner=owner,
+        kind="job", app="command", owner=owner,
         command=("sh", "-c", script), working_dir=str(portal / "homes" / owner), **fields,
     )  # fmt: skip
 
@@ -106,11 +108,14 @@ def test_a_workload_sees_its_home_but_not_other_homes_the_database_or_other_work
     other_dir = portal / "workloads" / other.workload_id
     assert (other_dir / "state.json").is_file()
 
+    own_id = str(uuid.uuid4())
+    own_dir = portal / "workloads" / own_id
     output = run_to_end(
         backend,
         job(
             "alice",
             portal,
+            f"cat {own_dir}/state.json || echo NO-OWN-STATE; "
             f"cat {portal}/homes/bob/thesis.txt || echo NO-BOB; "
             f"ls {portal}/homes/bob || echo NO-BOB-DIR; "
             f"cat {portal}/db.sqlite3 || echo NO-DB; "
@@ -120,9 +125,19 @@ def test_a_workload_sees_its_home_but_not_other_homes_the_database_or_other_work
             "ls /sys/fs/cgroup || echo NO-CGROUPFS; "
             "echo x > /usr/quanta-test || echo RO-USR; "
             "ps -e -o pid= | wc -l",
+            workload_id=own_id,
         ),
     )
-    for refused in ("NO-BOB", "NO-BOB-DIR", "NO-DB", "NO-STATE", "NO-WORKLOAD", "NO-CGROUPFS"):
+    assert (own_dir / "state.json").is_file()  # it exists, but not inside the sandbox
+    for refused in (
+        "NO-OWN-STATE",
+        "NO-BOB",
+        "NO-BOB-DIR",
+        "NO-DB",
+        "NO-STATE",
+        "NO-WORKLOAD",
+        "NO-CGROUPFS",
+    ):
         assert refused in output
     assert "RO-USR" in output
     assert "secret draft" not in output and "SQLite" not in output and "token" not in output
@@ -440,3 +455,22 @@ def test_without_cgroups_memory_is_bounded_by_an_rlimit_and_the_node_says_so(
     assert observation.phase == Phase.FAILED
     assert "MemoryError" in str(observation.reason)
     assert handle.state["tasks"][0]["cgroups"] == []
+
+
+def test_the_portals_settings_reach_the_local_backend(settings: Any, tmp_path: Path) -> None:
+    settings.DATA_DIR = tmp_path
+    settings.LOCAL_SANDBOX = "required"
+    settings.LOCAL_SANDBOX_NETWORK = "none"
+    settings.LOCAL_SANDBOX_PIDS_MAX = 100
+    settings.LOCAL_CGROUP_PARENT = "/quanta-test"
+    cluster = Cluster(pk=987654, name="Lab", slug="lab-sandbox", backend="local", config={})
+    registry.forget()
+    try:
+        backend = registry.get_backend(cluster)
+        assert isinstance(backend, LocalBackend)
+        assert backend.sandbox_mode == "required"
+        assert backend.sandbox_network == "none"
+        assert backend.pids_max == 100
+        assert backend.cgroup_parent == "/quanta-test"
+    finally:
+        registry.forget()
