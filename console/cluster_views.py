@@ -243,9 +243,10 @@ def _percent(part: float, whole: float) -> int:
     return min(100, round(part * 100 / whole)) if whole else 0
 
 
-def _isolation(labels: dict[str, str]) -> list[str]:
+def _isolation(labels: dict[str, str], *, gpus: bool) -> list[str]:
     """What a local-backend host isolates, in words, from the labels its backend reports
-    (``scheduling.backends.sandbox``); nothing for hosts that do not say."""
+    (``scheduling.backends.sandbox``); nothing for hosts that do not say. GPU shares only
+    where the host has GPUs."""
     sandbox = labels.get("quanta.io/sandbox")
     if sandbox is None:
         return []
@@ -270,6 +271,8 @@ def _isolation(labels: dict[str, str]) -> list[str]:
             _("CPU and memory limits: not enforced (no writable cgroup on this host); memory is "
               "only bounded as address space.")
         )  # fmt: skip
+    if not gpus:
+        return lines
     if labels.get("quanta.io/gpu-shares") == "mps":
         lines.append(_("GPU shares: isolated by NVIDIA MPS (memory and compute per share)."))
     else:
@@ -298,7 +301,7 @@ def _node_card(node: Node) -> dict[str, Any]:
         "cpu": _percent(node.allocated_cpu_milli, node.cpu_milli),
         "memory": _percent(node.allocated_memory_mib, node.memory_mib),
         "gpus": gpus,
-        "isolation": _isolation(node.labels or {}),
+        "isolation": _isolation(node.labels or {}, gpus=bool(gpus)),
     }
 
 
