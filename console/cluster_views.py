@@ -243,6 +243,46 @@ def _percent(part: float, whole: float) -> int:
     return min(100, round(part * 100 / whole)) if whole else 0
 
 
+def _isolation(labels: dict[str, str], *, gpus: bool) -> list[str]:
+    """What a local-backend host isolates, in words, from the labels its backend reports
+    (``scheduling.backends.sandbox``); nothing for hosts that do not say. GPU shares only
+    where the host has GPUs."""
+    sandbox = labels.get("quanta.io/sandbox")
+    if sandbox is None:
+        return []
+    lines = [
+        _("Workloads run in a bubblewrap sandbox: each sees its owner's home, a private /tmp "
+          "and the system read-only, and nothing of the portal or of other users.")
+        if sandbox == "bubblewrap"
+        else _("Workloads are not sandboxed (switched off with LOCAL_SANDBOX=off): a workload "
+               "can read other users' homes and the portal's files.")
+        if sandbox == "off"
+        else _("Workloads are not sandboxed (bubblewrap does not work on this host): a workload "
+               "can read other users' homes and the portal's files.")
+    ]  # fmt: skip
+    limits = labels.get("quanta.io/limits", "none")
+    if limits.startswith("cgroup-"):
+        lines.append(
+            _("CPU and memory limits: enforced by cgroup %(version)s.")
+            % {"version": limits.removeprefix("cgroup-")}
+        )
+    else:
+        lines.append(
+            _("CPU and memory limits: not enforced (no writable cgroup on this host); memory is "
+              "only bounded as address space.")
+        )  # fmt: skip
+    if not gpus:
+        return lines
+    if labels.get("quanta.io/gpu-shares") == "mps":
+        lines.append(_("GPU shares: isolated by NVIDIA MPS (memory and compute per share)."))
+    else:
+        lines.append(
+            _("GPU shares: not isolated (NVIDIA MPS is not running): a share can use the whole "
+              "GPU and all its memory.")
+        )  # fmt: skip
+    return lines
+
+
 def _node_card(node: Node) -> dict[str, Any]:
     gpus = []
     for device in node.gpus.all():
@@ -261,6 +301,7 @@ def _node_card(node: Node) -> dict[str, Any]:
         "cpu": _percent(node.allocated_cpu_milli, node.cpu_milli),
         "memory": _percent(node.allocated_memory_mib, node.memory_mib),
         "gpus": gpus,
+        "isolation": _isolation(node.labels or {}, gpus=bool(gpus)),
     }
 
 

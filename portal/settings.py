@@ -46,6 +46,11 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         )
 
 CLUSTER_BACKEND = envchoice("CLUSTER_BACKEND", "local", ("local", "kubernetes", "simulated"))
+# Isolation of the local backend's workloads (docs/local-backend.md, "Isolation").
+LOCAL_SANDBOX = envchoice("LOCAL_SANDBOX", "auto", ("auto", "required", "off"))
+LOCAL_SANDBOX_NETWORK = envchoice("LOCAL_SANDBOX_NETWORK", "host", ("host", "none"))
+LOCAL_SANDBOX_PIDS_MAX = envint("LOCAL_SANDBOX_PIDS_MAX", 4096, minimum=16)
+LOCAL_CGROUP_PARENT = envstr("LOCAL_CGROUP_PARENT", "")
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
 
 INSTALLED_APPS = [

@@ -116,6 +116,12 @@ WORKER_EXITED = define("worker_exited", gettext_noop("worker %(n)s exited with c
 WORKER_KILLED = define(
     "worker_killed", gettext_noop("worker %(n)s was killed by %(signal)s (exit code %(code)s)")
 )
+WORKER_OUT_OF_MEMORY = define(
+    "worker_out_of_memory",
+    gettext_noop(
+        "worker %(n)s was killed for using more than its %(mib)s MiB of memory (exit code %(code)s)"
+    ),
+)
 WORKER_DISAPPEARED = define(
     "worker_disappeared", gettext_noop("worker %(n)s disappeared without an exit code")
 )
@@ -125,6 +131,12 @@ APP_SHUT_DOWN = define("app_shut_down", gettext_noop("%(app)s shut itself down (
 APP_EXITED = define("app_exited", gettext_noop("%(app)s exited with code %(code)s"))
 APP_KILLED = define(
     "app_killed", gettext_noop("%(app)s was killed by %(signal)s (exit code %(code)s)")
+)
+APP_OUT_OF_MEMORY = define(
+    "app_out_of_memory",
+    gettext_noop(
+        "%(app)s was killed for using more than its %(mib)s MiB of memory (exit code %(code)s)"
+    ),
 )
 APP_DISAPPEARED = define(
     "app_disappeared", gettext_noop("%(app)s disappeared without an exit code")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import importlib.util
 import json
 import logging
@@ -38,6 +39,7 @@ import psutil
 
 from core.reasons import Reason
 from scheduling import reasons as R
+from scheduling.backends import sandbox as _sandbox
 from scheduling.backends.base import (
     TERMINAL_PHASES,
     BackendError,
@@ -127,7 +129,25 @@ class LocalBackend:
         cpu_milli: int | None = None,
         memory_mib: int | None = None,
         stop_grace_seconds: float = 10.0,
+        sandbox: str = "auto",
+        sandbox_network: str = "host",
+        pids_max: int = 4096,
+        cgroup_parent: str | None = None,
+        readonly_paths: Sequence[Path] = (),
+        bwrap: str = "bwrap",
     ) -> None:
+        if sandbox not in _sandbox.SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {_sandbox.SANDBOX_MODES}, not {sandbox!r}")
+        if sandbox_network not in _sandbox.NETWORK_MODES:
+            raise ValueError(f"sandbox_network must be one of {_sandbox.NETWORK_MODES}")
+        self.sandbox_mode = sandbox
+        self.sandbox_network = sandbox_network
+        self.pids_max = pids_max
+        self.cgroup_parent = cgroup_parent
+        self.readonly_paths = tuple(Path(path) for path in readonly_paths)
+        self.bwrap = bwrap
+        self._isolation: tuple[_sandbox.Isolation, _sandbox.Cgroups | None, Path | None] | None
+        self._isolation = None
         self.root = Path(root)
         self.node_name = node_name or socket.gethostname()
         self.python = python
@@ -136,6 +156,23 @@ class LocalBackend:
         self.stop_grace_seconds = stop_grace_seconds
         self._gpus = tuple(gpus) if gpus is not None else None
         self._tensorboard: bool | None = None
+
+    @property
+    def isolation(self) -> _sandbox.Isolation:
+        """What this host enforces for the workloads (detected once, by trying)."""
+        return self._detected()[0]
+
+    def _detected(self) -> tuple[_sandbox.Isolation, _sandbox.Cgroups | None, Path | None]:
+        if self._isolation is None:
+            self._isolation = _sandbox.detect(
+                self.sandbox_mode,
+                cgroup_parent=self.cgroup_parent,
+                bwrap=self.bwrap,
+                gpus=bool(self._inventory()),
+            )
+            for note in self._isolation[0].notes:
+                log.info("local backend %s: %s", self.node_name, note)
+        return self._isolation
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -242,7 +279,7 @@ class LocalBackend:
                 cpu_milli=cpu_milli,
                 memory_mib=memory_mib,
                 gpus=self._inventory(),
-                labels={"quanta.io/backend": "local"},
+                labels={"quanta.io/backend": "local", **self.isolation.labels()},
             ),
         )
 
@@ -261,9 +298,7 @@ class LocalBackend:
                 before = _snapshot(state)
                 self._sweep(state, time.time())
                 self._save_if_changed(workdir, state, before)
-                if any(self._task_alive(task) for task in state["tasks"]) or _marked_processes(
-                    workdir.name
-                ):
+                if any(self._task_alive(task) for task in state["tasks"]) or _leftovers(state):
                     alive.add(workdir.name)
         return alive
 
@@ -271,6 +306,12 @@ class LocalBackend:
 
     def _check_runnable(self, spec: WorkloadSpec) -> None:
         """Refuse for good what this host cannot run, before anything starts."""
+        if self.sandbox_mode == "required" and self.isolation.sandbox is None:
+            problem = _sandbox.bwrap_problem(self.bwrap) or "it does not work"
+            raise BackendError(
+                "This host runs workloads only in a sandbox (LOCAL_SANDBOX=required), "
+                f"and bubblewrap is not usable: {problem}."
+            )
         if spec.kind == "job":
             if not spec.command:
                 raise BackendError("a job needs a command to run")
@@ -329,7 +370,7 @@ class LocalBackend:
                 LOCAL_WORLD_SIZE=str(spec.workers),
                 PYTHONUNBUFFERED="1",
             )
-            self._launch(state, workdir, rank, spec.command, cwd, env)
+            self._launch(state, workdir, rank, spec, spec.command, cwd, env, placement)
         return state
 
     def _start_server(
@@ -352,7 +393,7 @@ class LocalBackend:
             terminal = spec.app == "terminal"
             env.update(self._jupyter_dirs(workdir, token, port, base_url, cwd, terminal=terminal))
             command = [self.python, "-m", "jupyterlab"]
-        self._launch(state, workdir, 0, command, cwd, env)
+        self._launch(state, workdir, 0, spec, command, cwd, env, placement)
         return state
 
     def _new_state(self, spec: WorkloadSpec, workdir: Path, **extra: Any) -> dict[str, Any]:
@@ -379,6 +420,7 @@ class LocalBackend:
             "ready": False,
             "last_activity": None,
             "master_port": None,
+            "memory_mib": spec.resources.memory_mib,
         }
         state.update(extra)
         return state
@@ -388,19 +430,56 @@ class LocalBackend:
         state: dict[str, Any],
         workdir: Path,
         index: int,
+        spec: WorkloadSpec,
         command: Sequence[str],
         cwd: Path,
         env: dict[str, str],
+        placement: TaskPlacement,
     ) -> None:
-        """Start one task under the runner; on failure kill the tasks already started (gang:
-        all or none) and say why. State is written after each start so a portal crash in
-        between still leaves every pid on disk."""
+        """Start one task under the runner, in its sandbox and cgroup where the host has them;
+        on failure kill the tasks already started (gang: all or none) and say why. State is
+        written after each start so a portal crash in between still leaves every pid on
+        disk."""
         relative = f"attempt-{state['attempt']}/task-{index}"
         log_path = workdir / f"{relative}.log"
+        isolation, cgroups, mps = self._detected()
         argv = [
             self.python, "-P", str(RUNNER), "--log", str(log_path),
-            "--exit-file", str(workdir / f"{relative}.exit"), "--cwd", str(cwd), "--", *command,
+            "--exit-file", str(workdir / f"{relative}.exit"), "--cwd", str(cwd),
         ]  # fmt: skip
+        directories: tuple[str, ...] = ()
+        resources = spec.resources
+        if cgroups is not None:
+            name = f"quanta-{_root_tag(self.root)}-{spec.workload_id}-{spec.attempt}-{index}"
+            try:
+                directories = cgroups.create(
+                    name,
+                    cpu_milli=resources.cpu_milli,
+                    memory_mib=resources.memory_mib,
+                    pids_max=self.pids_max,
+                )
+            except OSError as error:
+                self._kill_tasks(state, signal.SIGKILL)
+                (workdir / STATE_FILE).unlink(missing_ok=True)
+                raise BackendError(f"cannot make the cgroup of task {index}: {error}") from error
+            for directory in directories:
+                argv += ["--cgroup", directory]
+        elif resources.memory_mib:
+            argv += ["--rlimit-as", str(resources.memory_mib * 1024 * 1024)]
+        if isolation.sandbox:
+            argv += ["--sandboxed", "--program", command[0]]
+            command = _sandbox.wrap(
+                command,
+                home=cwd,
+                run_dir=self._run_dir(workdir),
+                python=self.python,
+                readonly_paths=self.readonly_paths,
+                network=self.sandbox_network,
+                gpu_devices=bool(placement.gpu_indices),
+                mps_pipe_directory=mps if placement.gpu_indices else None,
+                bwrap=self.bwrap,
+            )
+        argv += ["--", *command]
         try:
             with open(log_path, "ab") as output:
                 process = subprocess.Popen(
@@ -417,6 +496,7 @@ class LocalBackend:
             # All or none: kill what started and forget the attempt, so that the portal's
             # retry of the same attempt starts it afresh.
             self._kill_tasks(state, signal.SIGKILL)
+            _sandbox.remove(directories)
             (workdir / STATE_FILE).unlink(missing_ok=True)
             permanent = isinstance(error, FileNotFoundError | PermissionError)
             raise BackendError(
@@ -431,8 +511,11 @@ class LocalBackend:
                 "log": f"{relative}.log",
                 "exit_file": f"{relative}.exit",
                 "gone": False,
+                "cgroups": list(directories),
             }
         )
+        state["sandbox"] = bool(isolation.sandbox)
+        state["home"] = str(cwd)
         self._write_state(workdir, state)
 
     def _env(self, spec: WorkloadSpec, placement: TaskPlacement, cwd: Path) -> dict[str, str]:
@@ -453,6 +536,16 @@ class LocalBackend:
         if spec.resources.gpu_milli:
             env["QUANTA_GPU_MILLI"] = str(spec.resources.gpu_milli)
             env["QUANTA_GPU_MEMORY_MIB"] = str(spec.resources.gpu_memory_mib)
+            mps = self._detected()[2]
+            if mps is not None and placement.gpu_indices:
+                env["CUDA_MPS_PIPE_DIRECTORY"] = str(mps)
+                env.update(
+                    _sandbox.mps_env(
+                        placement.gpu_indices,
+                        spec.resources.gpu_milli,
+                        spec.resources.gpu_memory_mib,
+                    )
+                )
         return env
 
     def _jupyter_dirs(
@@ -470,12 +563,13 @@ class LocalBackend:
         the log (jupyter_server prints ``token=...`` for a token it did not generate). For the
         Terminal app, a default workspace that opens terminal ``1`` (JupyterLab 4 has no
         terminal URL of its own: the workspace's layout creates it, or reconnects to it)."""
+        jupyter = self._run_dir(workdir) / "jupyter"
         dirs = {
-            "JUPYTER_CONFIG_DIR": workdir / "jupyter" / "config",
-            "JUPYTER_DATA_DIR": workdir / "jupyter" / "data",
-            "JUPYTER_RUNTIME_DIR": workdir / "jupyter" / "runtime",
+            "JUPYTER_CONFIG_DIR": jupyter / "config",
+            "JUPYTER_DATA_DIR": jupyter / "data",
+            "JUPYTER_RUNTIME_DIR": jupyter / "runtime",
         }
-        workspaces = workdir / "jupyter" / "workspaces"
+        workspaces = jupyter / "workspaces"
         for path in dirs.values():
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         server: dict[str, Any] = {
@@ -513,6 +607,38 @@ class LocalBackend:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             json.dump(config, file, indent=1)
         return {name: str(path) for name, path in dirs.items()}
+
+    @staticmethod
+    def _run_dir(workdir: Path) -> Path:
+        """The workload's private runtime dir (config, sockets, tokens), visible inside its
+        sandbox at the same path; the rest of ``workdir`` (state, logs) is not."""
+        run = workdir / "run"
+        run.mkdir(mode=0o700, exist_ok=True)
+        return run
+
+    def _sandbox_enter_prefix(self, state: Mapping[str, Any]) -> list[str]:
+        """The argv prefix that runs a new process inside the running workload's sandbox: in
+        its mount and PID namespaces (so Stop ends it with the rest), joined to task 0's
+        cgroups, in the home, marked with the workload's id. [] without a sandbox, or when
+        task 0's sandbox is not running. The caller's environment passes through: give it an
+        allow-listed one."""
+        tasks = state.get("tasks") or []
+        if not state.get("sandbox") or not tasks or tasks[0].get("gone"):
+            return []
+        task = tasks[0]
+        init = _sandbox.sandbox_init(int(task["pid"]), float(task["create_time"]))
+        if init is None:
+            return []
+        home = str(state.get("home") or self._workload_dir(str(state["workload_id"])) / "work")
+        prefix = [self.python, "-P", str(RUNNER), "--enter"]
+        for directory in task.get("cgroups") or ():
+            prefix += ["--cgroup", directory]
+        return [
+            *prefix, "--", shutil.which("nsenter") or "nsenter", f"--target={init}", "--mount",
+            "--pid", f"--wdns={home}", "--", "/usr/bin/env",
+            f"{WORKLOAD_ID_VARIABLE}={state['workload_id']}",
+            f"QUANTA_ATTEMPT={state.get('attempt', 0)}",
+        ]  # fmt: skip
 
     def _working_dir(self, spec: WorkloadSpec, workdir: Path) -> Path:
         cwd = Path(spec.working_dir) if spec.working_dir else workdir / "work"
@@ -576,7 +702,7 @@ class LocalBackend:
         alive = [self._task_alive(task) for task in tasks]
         exits = [_read_exit(workdir / task["exit_file"]) for task in tasks]
         if state.get("stop_requested_at") is not None:
-            if any(alive) or _marked_processes(workload_id):
+            if any(alive) or _leftovers(state):
                 phase = Phase.RUNNING if state.get("ready") or state["kind"] == "job" else None
                 return Observation(
                     workload_id,
@@ -603,17 +729,22 @@ class LocalBackend:
         alive: list[bool],
         now: float,
     ) -> dict[str, Any] | None:
-        failures: list[tuple[float, int, int | None, str]] = []
+        failures: list[tuple[float, int, int | None, str, bool]] = []
         for rank, ended in enumerate(exits):
             if ended is not None and ended["exit_code"] != 0:
-                failures.append((ended["at"], rank, ended["exit_code"], _signal_name(ended)))
+                failures.append(
+                    (ended["at"], rank, ended["exit_code"], _signal_name(ended), ended["oom"])
+                )
             elif ended is None and not alive[rank]:
-                failures.append((now, rank, None, ""))
+                failures.append((now, rank, None, "", False))
         if failures:
-            _, rank, code, killer = min(failures)  # the first to fail is the cause
+            _, rank, code, killer, oom = min(failures)  # the first to fail is the cause
+            mib = state.get("memory_mib")
             reason = (
                 R.WORKER_DISAPPEARED(n=rank)
                 if code is None
+                else R.WORKER_OUT_OF_MEMORY(n=rank, mib=mib, code=code)
+                if oom
                 else R.WORKER_KILLED(n=rank, signal=killer, code=code)
                 if killer
                 else R.WORKER_EXITED(n=rank, code=code)
@@ -651,6 +782,8 @@ class LocalBackend:
         reason = (
             R.APP_DISAPPEARED(app=name)
             if ended is None
+            else R.APP_OUT_OF_MEMORY(app=name, mib=state.get("memory_mib"), code=ended["exit_code"])
+            if ended["oom"]
             else R.APP_KILLED(app=name, signal=killer, code=ended["exit_code"])
             if killer
             else R.APP_EXITED(app=name, code=ended["exit_code"])
@@ -743,6 +876,8 @@ class LocalBackend:
         for task in state["tasks"]:
             if not task.get("gone") and _identify(task) is not False:
                 _signal_session(task, sig)
+            if sig == signal.SIGKILL:
+                _sandbox.kill(task.get("cgroups") or ())
         _signal_marked(state["workload_id"], sig)
 
     def _sweep(self, state: dict[str, Any], now: float) -> None:
@@ -763,9 +898,15 @@ class LocalBackend:
             finished = (workdir / task["exit_file"]).exists()
             if (overdue or finished) and _identify(task) is not False:
                 _signal_session(task, signal.SIGKILL)
+            if (overdue or (finished and not deadlines)) and task.get("cgroups"):
+                _sandbox.kill(task["cgroups"])  # the whole sandbox, setsid children included
             self._task_alive(task)
         if overdue or (not deadlines and all(task.get("gone") for task in state["tasks"])):
             _signal_marked(state["workload_id"], signal.SIGKILL)
+        if state.get("outcome") or all(task.get("gone") for task in state["tasks"]):
+            for task in state["tasks"]:
+                if task.get("cgroups") and task.get("gone") and _sandbox.remove(task["cgroups"]):
+                    task["cgroups"] = []
 
     # -- state -------------------------------------------------------------------------------
 
@@ -911,6 +1052,19 @@ def _marked_processes(workload_id: str) -> list[Any]:
     return marked
 
 
+def _leftovers(state: Mapping[str, Any]) -> bool:
+    """Something of the workload still lives outside its tasks' sessions: marked with its id,
+    or in one of its tasks' cgroups."""
+    if _marked_processes(str(state["workload_id"])):
+        return True
+    return any(_sandbox.members(task.get("cgroups") or ()) for task in state["tasks"])
+
+
+def _root_tag(root: Path) -> str:
+    """A short tag of the backend's root, so two backends' cgroups never share a name."""
+    return hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:8]
+
+
 def _signal_marked(workload_id: str, sig: signal.Signals) -> None:
     for process in _marked_processes(workload_id):
         with contextlib.suppress(psutil.Error):
@@ -933,7 +1087,12 @@ def _read_exit(path: Path) -> dict[str, Any] | None:
         at = path.stat().st_mtime
     except (FileNotFoundError, ValueError):
         return None
-    return {"exit_code": int(data["exit_code"]), "signal": data.get("signal"), "at": at}
+    return {
+        "exit_code": int(data["exit_code"]),
+        "signal": data.get("signal"),
+        "at": at,
+        "oom": bool(data.get("oom")),
+    }
 
 
 def _signal_name(ended: Mapping[str, Any]) -> str:

@@ -42,6 +42,11 @@ def _build(cluster: Cluster) -> Backend:
             gpus=None if gpus is None else [GpuInfo(**gpu) for gpu in gpus],
             cpu_milli=config.get("cpu_milli"),
             memory_mib=config.get("memory_mib"),
+            sandbox=settings.LOCAL_SANDBOX,
+            sandbox_network=settings.LOCAL_SANDBOX_NETWORK,
+            pids_max=settings.LOCAL_SANDBOX_PIDS_MAX,
+            cgroup_parent=settings.LOCAL_CGROUP_PARENT or None,
+            readonly_paths=config.get("readonly_paths") or (),
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend

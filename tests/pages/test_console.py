@@ -65,6 +65,28 @@ def test_the_hosts_page_shows_each_gpus_use_and_who_holds_it(
     assert "free" in page[page.index("GPU 1") :]
 
 
+def test_the_hosts_page_says_what_a_local_host_isolates(world, catalog, signed_in) -> None:
+    catalog.node.labels = {
+        "quanta.io/backend": "local",
+        "quanta.io/sandbox": "bubblewrap",
+        "quanta.io/limits": "cgroup-v1",
+        "quanta.io/gpu-shares": "not-isolated",
+    }
+    catalog.node.save()
+    page = signed_in(world.root).get("/console/hosts/").content.decode()
+    assert "Workloads run in a bubblewrap sandbox" in page
+    assert "CPU and memory limits: enforced by cgroup v1." in page
+    assert "GPU shares: not isolated" in page
+
+    catalog.node.labels = {"quanta.io/sandbox": "none", "quanta.io/limits": "rlimit",
+                           "quanta.io/gpu-shares": "mps"}  # fmt: skip
+    catalog.node.save()
+    client = signed_in(world.root)
+    client.cookies["django_language"] = "zh-hans"
+    page = client.get("/console/hosts/", headers={"accept-language": "zh-hans"}).content.decode()
+    assert "不在沙箱中运行" in page and "MPS" in page
+
+
 def test_cordoning_from_the_hosts_page_is_audited_and_dean_cannot(
     world, catalog, signed_in
 ) -> None:

@@ -169,9 +169,12 @@ def marked(workload_id: str) -> list[psutil.Process]:
     return found
 
 
-def test_stop_kills_what_left_the_tasks_session_and_waits_for_it(
-    backend: LocalBackend, root: Path
-) -> None:
+def test_stop_kills_what_left_the_tasks_session_and_waits_for_it(root: Path) -> None:
+    # Without a sandbox (LOCAL_SANDBOX=off, or no bubblewrap): the environment marking finds
+    # the escapee. Inside one, the sandbox's end takes it along (tests/…/test_sandbox.py).
+    backend = LocalBackend(
+        root, node_name="test-node", gpus=(), stop_grace_seconds=GRACE, sandbox="off"
+    )
     handle = backend.submit(job(ESCAPING_JOB))
     escapee_file = root / handle.workload_id / "work" / "escapee.pid"
     deadline = time.monotonic() + 10
@@ -441,21 +444,25 @@ def test_a_notebook_keeps_its_token_off_logs_and_command_lines_and_its_config_pr
         env = process.environ()
         assert env["CUDA_VISIBLE_DEVICES"] == ""
         assert env["HOME"].endswith("/home/bob")
-        assert env["JUPYTER_CONFIG_DIR"] == str(workdir / "jupyter" / "config")
-    for private in (workdir / "state.json", workdir / "jupyter/config/jupyter_server_config.json"):
+        assert env["JUPYTER_CONFIG_DIR"] == str(workdir / "run" / "jupyter" / "config")
+    for private in (
+        workdir / "state.json",
+        workdir / "run/jupyter/config/jupyter_server_config.json",
+    ):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
 
 
 def test_a_notebook_that_dies_unasked_fails_with_its_code_and_last_words(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "fake" / "jupyterlab"
+    home = tmp_path / "home" / "bob"  # in the home: a sandboxed notebook sees nothing else
+    fake = home / "fake" / "jupyterlab"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "__main__.py").write_text("import sys\nprint('cannot bind: port in use')\nsys.exit(2)")
     spec = WorkloadSpec(
         workload_id=str(uuid.uuid4()), kind="notebook", app="jupyter", owner="bob",
-        base_url="/nb/x/", env={"PYTHONPATH": str(fake.parent)},
+        base_url="/nb/x/", env={"PYTHONPATH": str(fake.parent)}, working_dir=str(home),
     )  # fmt: skip
     handle = backend.submit(spec)
     observation = wait_for(backend, handle, *TERMINAL_PHASES)
