@@ -87,7 +87,7 @@ def parse_public_key(text: str) -> tuple[asyncssh.SSHKey, str]:
             {"key": _("keys of type %(type)s are not supported") % {"type": algorithm}}
         )
     if algorithm == "ssh-rsa":
-        bits = int(key.pyca_key.key_size)
+        bits = int(getattr(key.pyca_key, "key_size", 0))
         if bits < MIN_RSA_BITS:
             raise ValidationError(
                 {
