@@ -141,6 +141,8 @@ class SshKeySerializer(serializers.ModelSerializer[SshKey]):
         max_length=100, required=False, allow_blank=True, help_text="Default: the key's comment."
     )
     key = serializers.CharField(
+        allow_blank=True,  # the service says what to paste
+        trim_whitespace=False,
         help_text="The public key in OpenSSH format, e.g. the contents of ~/.ssh/id_ed25519.pub."
     )
 
