@@ -20,11 +20,12 @@ import contextlib
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncssh
+from asyncssh.constants import EXTENDED_DATA_STDERR
 from django.db import close_old_connections
 
 from scheduling.backends.base import ExecBackend
@@ -40,6 +41,7 @@ LOGIN_TIMEOUT_SECONDS = 60
 FORWARD_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
 
 _executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ssh-db")
+_in_flight: set[Future[Any]] = set()
 
 
 async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -53,7 +55,15 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
         finally:
             close_old_connections()
 
-    return await asyncio.get_running_loop().run_in_executor(_executor, call)
+    future = _executor.submit(call)
+    _in_flight.add(future)
+    future.add_done_callback(_in_flight.discard)
+    return await asyncio.wrap_future(future)
+
+
+def wait_for_work(timeout: float = 10.0) -> None:
+    """Until the blocking work under way (an audit row of a session that just ended) is done."""
+    wait(list(_in_flight), timeout=timeout)
 
 
 class GatewayServer(asyncssh.SSHServer):
@@ -105,13 +115,19 @@ class GatewayServer(asyncssh.SSHServer):
                 await self._refused(tried, username, fingerprint)
         if tried.workload is None:
             return False
-        self.login = sessions.Login(
-            key=tried.key,  # type: ignore[arg-type]
-            workload=tried.workload,
-            client=self.client,
-            backend=None,
-            in_thread=in_thread,
-        )
+        if self.login is None or self.login.workload.pk != tried.workload.pk:
+            try:
+                backend = await in_thread(get_backend, tried.workload.cluster)
+            except Exception:
+                logger.exception("ssh: no backend for %s", tried.workload.pk)
+                return False
+            self.login = sessions.Login(
+                key=tried.key,  # type: ignore[arg-type]
+                workload=tried.workload,
+                client=self.client,
+                backend=backend,
+                in_thread=in_thread,
+            )
         return True
 
     async def _refused(self, tried: access.Resolved, username: str, fingerprint: str) -> None:
@@ -128,18 +144,21 @@ class GatewayServer(asyncssh.SSHServer):
         with contextlib.suppress(Exception):
             await in_thread(access.refused, tried.key, username, self.client, why)
 
-    async def auth_completed(self) -> None:
+    def auth_completed(self) -> None:
         login = self.login
-        assert login is not None and self.conn is not None
+        assert login is not None
+        logger.info("ssh: %s into %s from %s", login.key.user, login.workload.pk, self.client)
+        self._watcher = asyncio.ensure_future(self._signed_in(login))
+
+    async def _signed_in(self, login: sessions.Login) -> None:
+        """The login's audit row (before any of its sessions' rows), then the watch."""
         try:
-            login.backend = await in_thread(get_backend, login.workload.cluster)
             await in_thread(access.signed_in, login.key, login.workload, self.client)
         except Exception:
-            logger.exception("ssh: sign-in to %s failed", login.workload.pk)
-            self.conn.close()
-            return
-        logger.info("ssh: %s into %s from %s", login.key.user, login.workload.pk, self.client)
-        self._watcher = asyncio.ensure_future(self._watch(login))
+            logger.exception("ssh: recording the sign-in to %s failed", login.workload.pk)
+        finally:
+            login.ready.set()
+        await self._watch(login)
 
     async def _watch(self, login: sessions.Login) -> None:
         """End the connection once the workload no longer runs (stopped, culled, failed)."""
@@ -173,19 +192,25 @@ class GatewayServer(asyncssh.SSHServer):
         backend = login.backend
         ports: set[int] = set()
         if isinstance(backend, ExecBackend):
-            with contextlib.suppress(Exception):
+            try:
                 ports = await in_thread(backend.listening_ports, login.handle)
+            except Exception:
+                logger.exception("ssh: ports of %s unknown", login.workload.pk)
         if port not in ports:
             raise asyncssh.ChannelOpenError(
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                 f"Port {port} is not a port this workload listens on",
             )
+        await login.ready.wait()
         if port not in self._forwarded:
             self._forwarded.add(port)
             await login.audit(access.session_started, "forward", port=port)
         await login.touch()
         assert self.conn is not None
         return await self.conn.forward_connection("127.0.0.1", port)
+
+    def session_requested(self) -> GatewayProcess:
+        return GatewayProcess(_process, None, 3, False)
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         return False  # no remote (reverse) forwarding
@@ -197,12 +222,30 @@ class GatewayServer(asyncssh.SSHServer):
         return False
 
 
+class GatewayProcess(asyncssh.SSHServerProcess[bytes]):
+    """A session channel. asyncssh would serve the ``sftp`` subsystem itself, on the portal's
+    own files; here every subsystem goes to ``sessions.run``, which starts OpenSSH's
+    sftp-server inside the workload (or refuses what it does not know)."""
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        return True
+
+    def session_started(self) -> None:
+        chan = self._chan
+        stdin = asyncssh.SSHReader[bytes](self, chan)
+        stdout = asyncssh.SSHWriter[bytes](self, chan)
+        stderr = asyncssh.SSHWriter[bytes](self, chan, EXTENDED_DATA_STDERR)
+        assert self._conn is not None
+        self._conn.create_task(self._start_process(stdin, stdout, stderr), stdin.logger)
+
+
 async def _process(process: asyncssh.SSHServerProcess[bytes]) -> None:
     owner = process.channel.get_connection().get_owner()
     login = getattr(owner, "login", None)
-    if login is None or login.backend is None:
+    if login is None:
         process.exit(1)
         return
+    await login.ready.wait()
     await sessions.run(login, process)
 
 
@@ -227,7 +270,6 @@ async def start(host: str, port: int, key_file: Path) -> asyncssh.SSHAcceptor:
         host,
         port,
         server_host_keys=[key],
-        process_factory=_process,
         encoding=None,
         line_editor=False,
         agent_forwarding=False,
@@ -263,10 +305,21 @@ class GatewayThread(threading.Thread):
         self.ready.set()
         self.loop.run_forever()
 
-    def stop(self) -> None:
-        def close() -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the listener and every connection, let their last audit rows be written,
+        then end the loop."""
+
+        async def close() -> None:
             if self.acceptor is not None:
                 self.acceptor.close()
-            self.loop.stop()
+                await self.acceptor.wait_closed()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        self.loop.call_soon_threadsafe(close)
+        if self.loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout)
+            wait_for_work(timeout)
+            self.loop.call_soon_threadsafe(self.loop.stop)

@@ -72,6 +72,7 @@ class Login:
     client: str
     backend: Any
     in_thread: InThread
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # once the login is recorded
     _last_activity: float = field(default=0.0)
 
     @property
