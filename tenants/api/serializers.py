@@ -143,7 +143,7 @@ class SshKeySerializer(serializers.ModelSerializer[SshKey]):
     key = serializers.CharField(
         allow_blank=True,  # the service says what to paste
         trim_whitespace=False,
-        help_text="The public key in OpenSSH format, e.g. the contents of ~/.ssh/id_ed25519.pub."
+        help_text="The public key in OpenSSH format, e.g. the contents of ~/.ssh/id_ed25519.pub.",
     )
 
     class Meta:

@@ -320,9 +320,7 @@ def test_the_class_teacher_gets_in_only_where_the_policy_allows(
     ).exists()
 
 
-def test_two_workloads_of_one_name_are_told_apart_by_id(
-    world: Any, api: Any, gateway: int
-) -> None:
+def test_two_workloads_of_one_name_are_told_apart_by_id(world: Any, api: Any, gateway: int) -> None:
     bob = Person(world.bob, api)
     first = launch(world, "sleep 600")
     cluster = first.cluster
@@ -336,9 +334,7 @@ def test_two_workloads_of_one_name_are_told_apart_by_id(
     assert str(first.pk)[:8] in "".join(banners) and str(second.pk)[:8] in "".join(banners)
 
 
-def test_openssh_client_runs_a_command(
-    world: Any, api: Any, gateway: int, tmp_path: Path
-) -> None:
+def test_openssh_client_runs_a_command(world: Any, api: Any, gateway: int, tmp_path: Path) -> None:
     if shutil.which("ssh") is None:
         pytest.skip("OpenSSH's ssh client is not installed (package openssh-client)")
     bob = Person(world.bob, api)
@@ -346,13 +342,14 @@ def test_openssh_client_runs_a_command(
     identity = tmp_path / "id_ed25519"
     identity.write_bytes(bob.key.export_private_key())
     os.chmod(identity, 0o600)
+    command = [
+        "ssh", "-F", "/dev/null", "-p", str(gateway), "-i", str(identity),
+        "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+        "train@127.0.0.1", "echo hello from $QUANTA_WORKLOAD_ID",
+    ]  # fmt: skip
     result = subprocess.run(
-        [
-            "ssh", "-F", "/dev/null", "-p", str(gateway), "-i", str(identity),
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-            "train@127.0.0.1", "echo hello from $QUANTA_WORKLOAD_ID",
-        ],  # fmt: skip
+        command,
         capture_output=True,
         text=True,
         timeout=60,

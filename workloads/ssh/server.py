@@ -235,8 +235,9 @@ class GatewayProcess(asyncssh.SSHServerProcess[bytes]):
         stdin = asyncssh.SSHReader[bytes](self, chan)
         stdout = asyncssh.SSHWriter[bytes](self, chan)
         stderr = asyncssh.SSHWriter[bytes](self, chan, EXTENDED_DATA_STDERR)
-        assert self._conn is not None
-        self._conn.create_task(self._start_process(stdin, stdout, stderr), stdin.logger)
+        handler = self._start_process(stdin, stdout, stderr)
+        assert self._conn is not None and handler is not None
+        self._conn.create_task(handler, stdin.logger)
 
 
 async def _process(process: asyncssh.SSHServerProcess[bytes]) -> None:
