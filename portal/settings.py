@@ -334,6 +334,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # asyncssh reports every connection and channel at INFO; the gateway logs its own.
+    "loggers": {"asyncssh": {"level": "WARNING"}},
     "root": {
         "handlers": ["console"],
         "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
