@@ -114,3 +114,14 @@ def test_the_page_shows_a_bad_key_as_an_error_under_the_key_field(world) -> None
     assert response.status_code == 200
     assert "this is a private key" in " ".join(response.context["form"].errors["key"])
     assert not SshKey.objects.exists()
+
+
+def test_the_page_and_its_refusals_read_in_chinese(world, api) -> None:
+    world.bob.language = "zh-hans"
+    world.bob.save(update_fields=["language"])
+    client = Client()
+    client.force_login(world.bob)
+    page = client.get("/account/ssh-keys/").content.decode()
+    assert "SSH 密钥" in page and "如何连接" in page
+    response = client.post("/account/ssh-keys/", {"key": public("ssh-rsa", key_size=1024)})
+    assert "强度太弱" in " ".join(response.context["form"].errors["key"])
