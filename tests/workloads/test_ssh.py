@@ -334,7 +334,7 @@ def test_two_workloads_of_one_name_are_told_apart_by_id(world: Any, api: Any, ga
     assert str(first.pk)[:8] in "".join(banners) and str(second.pk)[:8] in "".join(banners)
 
 
-def test_openssh_client_runs_a_command(world: Any, api: Any, gateway: int, tmp_path: Path) -> None:
+def test_openssh_ssh_and_scp_work(world: Any, api: Any, gateway: int, tmp_path: Path) -> None:
     if shutil.which("ssh") is None:
         pytest.skip("OpenSSH's ssh client is not installed (package openssh-client)")
     bob = Person(world.bob, api)
@@ -342,14 +342,20 @@ def test_openssh_client_runs_a_command(world: Any, api: Any, gateway: int, tmp_p
     identity = tmp_path / "id_ed25519"
     identity.write_bytes(bob.key.export_private_key())
     os.chmod(identity, 0o600)
-    command = [
-        "ssh", "-F", "/dev/null", "-p", str(gateway), "-i", str(identity),
+    options = [
+        "-F", "/dev/null", "-i", str(identity),
         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
         "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-        "train@127.0.0.1", "echo hello from $QUANTA_WORKLOAD_ID",
     ]  # fmt: skip
     result = subprocess.run(
-        command,
+        [
+            "ssh",
+            *options,
+            "-p",
+            str(gateway),
+            "train@127.0.0.1",
+            "echo hello from $QUANTA_WORKLOAD_ID",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -357,6 +363,20 @@ def test_openssh_client_runs_a_command(world: Any, api: Any, gateway: int, tmp_p
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("hello from ")
+
+    if shutil.which("scp") is None:
+        pytest.skip("OpenSSH's scp is not installed (package openssh-client)")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("over scp\n")
+    copied = subprocess.run(
+        ["scp", *options, "-P", str(gateway), str(notes), "train@127.0.0.1:notes.txt"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert (Path(home_dir(world.bob)) / "notes.txt").read_text() == "over scp\n"
 
 
 def test_backends_without_exec_refuse_ssh_sessions(tmp_path: Path) -> None:

@@ -115,7 +115,12 @@ class GatewayServer(asyncssh.SSHServer):
                 await self._refused(tried, username, fingerprint)
         if tried.workload is None:
             return False
-        if self.login is None or self.login.workload.pk != tried.workload.pk:
+        login = self.login
+        # The last key that may go in is the one that signs in (a client offers several).
+        if login is None or (login.key.pk, login.workload.pk) != (
+            tried.key.pk if tried.key else None,
+            tried.workload.pk,
+        ):
             try:
                 backend = await in_thread(get_backend, tried.workload.cluster)
             except Exception:
