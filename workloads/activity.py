@@ -10,6 +10,7 @@ only ever moves forward, whoever reports it. Writes are throttled per workload (
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 from django.core.cache import cache
 from django.db.models import Q
@@ -20,7 +21,7 @@ from workloads.models import Workload
 ACTIVITY_WRITE_SECONDS = 30
 
 
-def advance_activity(workload_id: object, at: dt.datetime) -> bool:
+def advance_activity(workload_id: uuid.UUID | str, at: dt.datetime) -> bool:
     """Move ``last_activity_at`` forward to ``at`` (never back). True when it moved."""
     moved = (
         Workload.objects.filter(pk=workload_id)
@@ -30,7 +31,7 @@ def advance_activity(workload_id: object, at: dt.datetime) -> bool:
     return bool(moved)
 
 
-def record_activity(workload_id: object, at: dt.datetime | None = None) -> bool:
+def record_activity(workload_id: uuid.UUID | str, at: dt.datetime | None = None) -> bool:
     """Someone used the workload now (proxy traffic, an SSH session). Throttled: True when
     this call wrote, False when a write within the last ``ACTIVITY_WRITE_SECONDS`` covers it."""
     if not cache.add(f"quanta:activity:{workload_id}", 1, ACTIVITY_WRITE_SECONDS):
