@@ -26,10 +26,11 @@ from scheduling.backends import registry
 from scheduling.backends.base import ExecBackend, Handle
 from scheduling.backends.local import LocalBackend
 from scheduling.backends.simulated import SimulatedBackend
+from scheduling.models import Cluster
 from tests.workloads.conftest import local_catalog, wait_for
 from workloads import services
-from workloads.choices import State
-from workloads.models import Workload
+from workloads.choices import State, WorkloadKind
+from workloads.models import Flavor, Workload
 from workloads.specs import home_dir
 from workloads.ssh import server
 
@@ -379,6 +380,30 @@ def test_openssh_ssh_and_scp_work(world: Any, api: Any, gateway: int, tmp_path: 
     assert (Path(home_dir(world.bob)) / "notes.txt").read_text() == "over scp\n"
 
 
-def test_backends_without_exec_refuse_ssh_sessions(tmp_path: Path) -> None:
+def test_backends_without_exec_refuse_ssh_sessions_with_a_message(
+    world: Any, api: Any, gateway: int, tmp_path: Path
+) -> None:
+    """The simulated backend runs no processes (Kubernetes: not yet, the pod exec API would
+    be the way): the login succeeds, the session says why it cannot run."""
     assert isinstance(LocalBackend(tmp_path), ExecBackend)
     assert not isinstance(SimulatedBackend(tmp_path), ExecBackend)
+    bob = Person(world.bob, api)
+    cluster = Cluster.objects.create(name="Sim", slug="sim", backend="simulated")
+    flavor = Flavor.objects.create(name="Small", slug="small", cpu_milli=1000, memory_mib=1024)
+    Workload.objects.create(
+        kind=WorkloadKind.NOTEBOOK,
+        name="sim",
+        owner=world.bob,
+        tenant=world.class_a,
+        cluster=cluster,
+        flavor=flavor,
+        state=State.RUNNING,
+    )
+
+    async def session() -> Any:
+        async with connect(gateway, "sim", bob.key) as conn:
+            return await conn.run("true")
+
+    done = ssh(session)
+    assert done.exit_status == 1
+    assert "not available yet" in done.stderr and "simulated" in done.stderr
