@@ -324,11 +324,23 @@ DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 64 * 1024 * 1024
 # Personal API tokens: how often (seconds) the last-used time is written at most.
 API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)
 
+# The SSH gateway for remote IDEs, scp and sftp (docs/ssh.md). `manage.py serve` runs it in the
+# same process, `manage.py ssh_gateway` on its own; port 0 turns it off.
+SSH_GATEWAY_HOST = envstr("SSH_GATEWAY_HOST", "127.0.0.1")
+SSH_GATEWAY_PORT = envint("SSH_GATEWAY_PORT", 2222, minimum=0, maximum=65535)
+SSH_HOST_KEY_FILE = Path(envstr("SSH_HOST_KEY_FILE", str(DATA_DIR / "ssh_host_ed25519_key")))
+SSH_PUBLIC_HOST = envstr("SSH_PUBLIC_HOST", "")  # what the how-to shows; default: the page's host
+# Whether the staff of a class may ssh into its students' workloads, as they may open them
+# through the notebook proxy (workloads.permissions.can_control).
+SSH_STAFF_ACCESS = envbool("SSH_STAFF_ACCESS", True)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # asyncssh reports every connection and channel at INFO; the gateway logs its own.
+    "loggers": {"asyncssh": {"level": "WARNING"}},
     "root": {
         "handlers": ["console"],
         "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),

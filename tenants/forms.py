@@ -16,6 +16,20 @@ class ApiTokenForm(forms.Form):
     )
 
 
+class SshKeyForm(forms.Form):
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=100,
+        required=False,
+        help_text=_("Where the key lives, e.g. 'laptop'. Default: the key's comment."),
+    )
+    key = forms.CharField(
+        label=_("Public key"),
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "ssh-ed25519 AAAA… you@laptop"}),
+        help_text=_("The contents of ~/.ssh/id_ed25519.pub (never the private key)."),
+    )
+
+
 class RosterForm(forms.Form):
     file = forms.FileField(
         label=_("Roster CSV"),

@@ -207,3 +207,27 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class SshKey(models.Model):
+    """A person's SSH public key for the portal's SSH gateway (docs/ssh.md). The fingerprint
+    is unique across all accounts: one key identifies one person."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ssh_keys"
+    )
+    name = models.CharField(_("name"), max_length=100)
+    key = models.TextField(_("public key"))  # one line, OpenSSH format, comment kept
+    fingerprint = models.CharField(_("fingerprint"), max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    @property
+    def algorithm(self) -> str:
+        return self.key.split(" ", 1)[0]

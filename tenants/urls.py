@@ -17,5 +17,7 @@ urlpatterns = [
     path("account/language/", views.choose_language, name="choose-language"),
     path("account/tokens/", views.tokens, name="tokens"),
     path("account/tokens/<int:pk>/revoke/", views.revoke_token, name="revoke-token"),
+    path("account/ssh-keys/", views.ssh_keys, name="ssh-keys"),
+    path("account/ssh-keys/<int:pk>/remove/", views.remove_ssh_key, name="remove-ssh-key"),
     path("roster/import/", views.roster_import, name="roster-import"),
 ]

@@ -1,4 +1,5 @@
-"""Pages for accounts: home, sign-in, password, personal API tokens, roster import."""
+"""Pages for accounts: home, sign-in, password, personal API tokens, SSH keys, roster
+import."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from tenants import roster, services
-from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm
+from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
-from tenants.models import ApiToken, Membership, Tenant
+from tenants.models import ApiToken, Membership, SshKey, Tenant
 from tenants.permissions import Access
 
 
@@ -73,6 +74,44 @@ def revoke_token(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     services.revoke_api_token(actor=request.user, token=token)
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("tokens")
+
+
+@login_required
+def ssh_keys(request: AuthenticatedHttpRequest) -> HttpResponse:
+    form = SshKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            added = services.add_ssh_key(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(
+                request,
+                _("Key “%(name)s” added: %(fingerprint)s")
+                % {"name": added.name, "fingerprint": added.fingerprint},
+            )
+            return redirect("ssh-keys")
+    host = settings.SSH_PUBLIC_HOST or request.get_host().rsplit(":", 1)[0]
+    return render(
+        request,
+        "tenants/ssh_keys.html",
+        {
+            "form": form,
+            "keys": SshKey.objects.filter(user=request.user),
+            "ssh_host": host,
+            "ssh_port": settings.SSH_GATEWAY_PORT,
+        },
+    )
+
+
+@login_required
+@require_POST
+def remove_ssh_key(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    ssh_key = get_object_or_404(SshKey, pk=pk, user=request.user)
+    services.remove_ssh_key(actor=request.user, ssh_key=ssh_key)
+    messages.success(request, _("Key “%(name)s” removed.") % {"name": ssh_key.name})
+    return redirect("ssh-keys")
 
 
 @login_required

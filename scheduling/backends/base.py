@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from core.reasons import Reason
 
@@ -166,4 +166,25 @@ class Backend(Protocol):
 
     def running(self) -> set[str]:
         """Ids of the workloads this backend has alive now (to find orphans after a crash)."""
+        ...
+
+
+@runtime_checkable
+class ExecBackend(Protocol):
+    """An optional capability: run commands inside a running workload (the SSH gateway,
+    docs/ssh.md). The local backend has it; the Kubernetes backend not yet (the pod exec API
+    would be the way), nor the simulated one, whose workloads run nothing."""
+
+    supports_exec: bool
+
+    def exec_argv(
+        self, handle: Handle, argv: Sequence[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(argv, env, cwd) that run ``argv`` inside the workload, as its owner's tasks run.
+        BackendError when it does not run."""
+        ...
+
+    def listening_ports(self, handle: Handle) -> set[int]:
+        """TCP ports on the loopback that the workload's processes listen on: where the SSH
+        gateway may forward a connection."""
         ...

@@ -104,6 +104,12 @@ ENV_ALLOW = frozenset(
 )  # fmt: skip
 WORKLOAD_ID_VARIABLE = "QUANTA_WORKLOAD_ID"  # set on every task, inherited by its children
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Variables of a job's task that a command run beside it (over SSH) must not inherit.
+EXEC_ENV_DROPPED = frozenset(
+    {"RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+     "MASTER_PORT", "QUANTA_ATTEMPT"}
+)  # fmt: skip
+LOOPBACK_OR_ANY = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::", "::ffff:127.0.0.1"})
 PROBE_TIMEOUT = 1.5  # seconds; a busy server just stays STARTING for one more poll
 CREATE_TIME_SLACK = 0.05  # psutil create times are jiffy-rounded
 
@@ -443,6 +449,8 @@ class LocalBackend:
         relative = f"attempt-{state['attempt']}/task-{index}"
         log_path = workdir / f"{relative}.log"
         isolation, cgroups, mps = self._detected()
+        if index == 0:
+            self._remember_exec(state, cwd, env)
         argv = [
             self.python, "-P", str(RUNNER), "--log", str(log_path),
             "--exit-file", str(workdir / f"{relative}.exit"), "--cwd", str(cwd),
@@ -958,6 +966,77 @@ class LocalBackend:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- commands inside a running workload (the SSH gateway, docs/ssh.md) ------------------
+
+    supports_exec = True
+
+    def _remember_exec(self, state: dict[str, Any], cwd: Path, env: Mapping[str, str]) -> None:
+        """Keep the first task's environment and home in the state, so a command the SSH
+        gateway runs later sees what the workload's tasks see (a job's rank variables left
+        out: a shell is no rank of the gang)."""
+        state["exec"] = {
+            "home": str(cwd),
+            "env": {k: v for k, v in env.items() if k not in EXEC_ENV_DROPPED},
+        }
+
+    def exec_argv(
+        self, handle: Handle, argv: Sequence[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(argv, env, cwd) that run ``argv`` inside the running workload: its tasks'
+        environment, ``QUANTA_WORKLOAD_ID`` set (so Stop ends it too), HOME and cwd its home.
+        BackendError when the workload does not run (any more)."""
+        if not argv:
+            raise BackendError("nothing to run")
+        workdir, state = self._load(handle)
+        if state is None:
+            raise BackendError("the workload is not running")
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            stopped = state.get("outcome") or state.get("stop_requested_at") is not None
+            if stopped or not any(self._task_alive(task) for task in state["tasks"]):
+                raise BackendError("the workload is not running")
+        saved = state.get("exec") or {}
+        home = str(saved.get("home") or workdir / "work")
+        if saved.get("env"):
+            env = {str(k): str(v) for k, v in saved["env"].items()}
+        else:  # started before the state kept its environment
+            env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW or k.startswith("LC_")}
+            env.setdefault("LANG", "C.UTF-8")
+        env.setdefault("SHELL", "/bin/bash" if Path("/bin/bash").exists() else "/bin/sh")
+        env[WORKLOAD_ID_VARIABLE] = str(state["workload_id"])
+        env["HOME"] = home
+        Path(home).mkdir(parents=True, exist_ok=True)
+        return [*self._sandbox_enter_prefix(state), *argv], env, home
+
+    def listening_ports(self, handle: Handle) -> set[int]:
+        """TCP ports on the loopback (or every address) that processes of this workload
+        listen on: its tasks' sessions, their descendants and every marked process."""
+        _workdir, state = self._load(handle)
+        if state is None:
+            return set()
+        processes: dict[int, Any] = {}
+        for task in state["tasks"]:
+            if task.get("gone"):
+                continue
+            for member in _session_members(int(task["pid"]), float(task["create_time"])):
+                processes[member.pid] = member
+                with contextlib.suppress(psutil.Error):
+                    for child in member.children(recursive=True):
+                        processes[child.pid] = child
+        for process in _marked_processes(str(state["workload_id"])):
+            processes[process.pid] = process
+        ports: set[int] = set()
+        for process in processes.values():
+            with contextlib.suppress(psutil.Error, OSError):
+                for connection in process.net_connections(kind="tcp"):
+                    if connection.status != psutil.CONN_LISTEN or not connection.laddr:
+                        continue
+                    if connection.laddr.ip in LOOPBACK_OR_ANY:
+                        ports.add(int(connection.laddr.port))
+        return ports
+
+    # -- end of the SSH gateway's section ---------------------------------------------------
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenants.choices import Role
-from tenants.models import ApiToken, Membership, Quota, Tenant, User
+from tenants.models import ApiToken, Membership, Quota, SshKey, Tenant, User
 from tenants.permissions import Access
 from tenants.services import QUOTA_LIMIT_FIELDS, quota_over_use
 
@@ -134,6 +134,22 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class SshKeySerializer(serializers.ModelSerializer[SshKey]):
+    name = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, help_text="Default: the key's comment."
+    )
+    key = serializers.CharField(
+        allow_blank=True,  # the service says what to paste
+        trim_whitespace=False,
+        help_text="The public key in OpenSSH format, e.g. the contents of ~/.ssh/id_ed25519.pub.",
+    )
+
+    class Meta:
+        model = SshKey
+        fields = ["id", "name", "key", "fingerprint", "created_at", "last_used_at"]
+        read_only_fields = ["id", "fingerprint", "created_at", "last_used_at"]
 
 
 class RosterUploadSerializer(serializers.Serializer):

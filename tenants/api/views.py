@@ -1,4 +1,5 @@
-"""REST API for tenants, memberships, quotas, roster import, users and personal tokens.
+"""REST API for tenants, memberships, quotas, roster import, users, personal tokens
+and SSH keys.
 
 Querysets are scoped to what the caller may see (others' objects are 404); actions on a
 visible object that the caller may not take are 403.
@@ -24,7 +25,7 @@ from core.parsers import StrictFormParser, StrictMultiPartParser
 from tenants import roster, services
 from tenants.api import serializers as s
 from tenants.choices import MANAGING_ROLES
-from tenants.models import ApiToken, Membership, Tenant, User
+from tenants.models import ApiToken, Membership, SshKey, Tenant, User
 from tenants.permissions import Access
 
 
@@ -286,3 +287,24 @@ class ApiTokenViewSet(
 
     def perform_destroy(self, instance: ApiToken) -> None:
         services.revoke_api_token(actor=self.request.user, token=instance)
+
+
+class SshKeyViewSet(
+    mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet[SshKey]
+):
+    """Your SSH public keys, for the portal's SSH gateway (docs/ssh.md). Only your own: any
+    other key is 404."""
+
+    queryset = SshKey.objects.none()  # for the schema; requests use get_queryset
+    serializer_class = s.SshKeySerializer
+
+    def get_queryset(self) -> QuerySet[SshKey]:
+        return SshKey.objects.filter(user=caller(self.request))
+
+    def perform_create(self, serializer: s.SshKeySerializer) -> None:  # type: ignore[override]
+        serializer.instance = services.add_ssh_key(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: SshKey) -> None:
+        services.remove_ssh_key(actor=self.request.user, ssh_key=instance)

@@ -12,6 +12,7 @@ One module per topic; callers keep importing from ``tenants.services``:
 - ``roster_import``: users and memberships from a roster CSV
 - ``preferences``: a person's own display name, language and time zone
 - ``tokens``: personal API tokens
+- ``ssh_keys``: SSH public keys for the SSH gateway
 """
 
 from tenants.services.members import _forget_access, remove_membership, set_membership
@@ -33,6 +34,7 @@ from tenants.services.quotas import (
     set_quota,
 )
 from tenants.services.roster_import import RosterRejected, RosterResult, import_roster
+from tenants.services.ssh_keys import add_ssh_key, parse_public_key, remove_ssh_key, touch_ssh_key
 from tenants.services.tokens import (
     TOKEN_PREFIX,
     create_api_token,
@@ -63,6 +65,7 @@ __all__ = [
     "_chain",
     "_forget_access",
     "_levels",
+    "add_ssh_key",
     "check_quota",
     "close_ended_terms",
     "create_api_token",
@@ -72,15 +75,18 @@ __all__ = [
     "import_roster",
     "lock_chains",
     "move_tenant",
+    "parse_public_key",
     "quota_over_use",
     "quota_snapshot",
     "release",
     "remove_membership",
+    "remove_ssh_key",
     "reserve",
     "revoke_api_token",
     "set_membership",
     "set_quota",
     "touch_api_token",
+    "touch_ssh_key",
     "update_preferences",
     "update_tenant",
 ]

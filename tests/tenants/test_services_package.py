@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from tenants import services
-from tenants.services import members, preferences, quotas, roster_import, tokens, tree
+from tenants.services import members, preferences, quotas, roster_import, ssh_keys, tokens, tree
 
 
 def test_every_re_export_is_the_topic_modules_own() -> None:
-    modules = (members, preferences, quotas, roster_import, tokens, tree)
+    modules = (members, preferences, quotas, roster_import, ssh_keys, tokens, tree)
     for name in services.__all__:
         assert any(getattr(m, name, None) is getattr(services, name) for m in modules), name
 

@@ -1,5 +1,6 @@
 """`manage.py serve`: the embedded mode's server (what `make run` starts): the ASGI
-development server plus, without REDIS_URL, the periodic tasks on a thread.
+development server plus, without REDIS_URL, the periodic tasks on a thread, and the SSH
+gateway on a thread of its own (unless SSH_GATEWAY_PORT is 0; docs/ssh.md).
 
 The server listens with a backlog of ``WEB_BACKLOG`` connections (Twisted's default is 50: a
 burst of a few hundred browsers or scripts connecting at once would find connections refused
@@ -16,6 +17,7 @@ from portal.embedded import EmbeddedBeat
 from scheduling.choices import BackendKind
 from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Cluster
+from workloads.ssh.server import GatewayThread
 
 
 class Command(BaseCommand):
@@ -29,6 +31,10 @@ class Command(BaseCommand):
             sync_backend_nodes(cluster)
         if not settings.REDIS_URL:
             EmbeddedBeat().start()
+        if settings.SSH_GATEWAY_PORT:  # a port that cannot be bound is logged, not fatal
+            GatewayThread(
+                settings.SSH_GATEWAY_HOST, settings.SSH_GATEWAY_PORT, settings.SSH_HOST_KEY_FILE
+            ).start()
         listen = runserver.build_endpoint_description_strings
         backlog = settings.WEB_BACKLOG
 
