@@ -16,9 +16,10 @@ import contextlib
 import fcntl
 import logging
 import os
-import shutil
 import signal
+import socket
 import struct
+import sys
 import termios
 import time
 from collections.abc import Awaitable, Callable
@@ -132,21 +133,30 @@ async def run(login: Login, process: asyncssh.SSHServerProcess[bytes]) -> None:
                 f"SSH into workloads on the {login.backend.kind} backend is not available yet",
             )
             return
+        term = process.get_terminal_type() if kind != "sftp" else None
+        # With a terminal, the PTY is opened inside the workload and handed over this pair.
+        channel = socket.socketpair() if term else None
         try:
-            command, env, cwd = await login.in_thread(login.backend.exec_argv, login.handle, argv)
-        except BackendError as error:
-            _fail(process, str(error))
-            return
-        for name, value in process.env.items():
-            if name in CLIENT_ENV_NAMES or name.startswith(CLIENT_ENV_PREFIXES):
-                env[str(name)] = str(value)
-        await login.audit(access.session_started, kind, **details)
-        await login.touch()
-        term = process.get_terminal_type()
-        if term and kind != "sftp":
-            status = await _run_with_pty(login, process, command, env, cwd, term)
-        else:
-            status = await _run_with_pipes(login, process, command, env, cwd)
+            run_argv = pty_argv(channel[1].fileno(), argv) if channel else argv
+            try:
+                command, env, cwd = await login.in_thread(
+                    login.backend.exec_argv, login.handle, run_argv
+                )
+            except BackendError as error:
+                _fail(process, str(error))
+                return
+            for name, value in process.env.items():
+                if name in CLIENT_ENV_NAMES or name.startswith(CLIENT_ENV_PREFIXES):
+                    env[str(name)] = str(value)
+            await login.audit(access.session_started, kind, **details)
+            await login.touch()
+            if term and channel:
+                status = await _run_with_pty(login, process, command, env, cwd, term, channel)
+            else:
+                status = await _run_with_pipes(login, process, command, env, cwd)
+        finally:
+            for end in channel or ():
+                end.close()
     except Exception:
         logger.exception("ssh: session in %s failed", login.workload.pk)
         with contextlib.suppress(Exception):
@@ -316,6 +326,42 @@ async def _run_with_pipes(
     return await _supervise(process, child, outputs, inputs)
 
 
+# Runs inside the workload (after the sandbox's prefix): opens the PTY there, so the shell's
+# terminal lives in the workload's own /dev/pts (``tty`` names it, programs that look their
+# terminal up find it), hands the master side back over the socket in argv[1] and becomes
+# the shell, in a new session with that terminal as its controlling one. Standard library
+# only: the portal's code does not load inside workloads.
+PTY_HELPER = """
+import fcntl, os, socket, sys, termios
+channel = socket.socket(fileno=int(sys.argv[1]))
+master, slave = os.openpty()
+socket.send_fds(channel, [b"pty"], [master])
+os.close(master)
+channel.close()
+os.setsid()
+fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+for fd in (0, 1, 2):
+    os.dup2(slave, fd)
+if slave > 2:
+    os.close(slave)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+PTY_HANDOVER_SECONDS = 15.0
+
+
+def pty_argv(channel: int, argv: list[str]) -> list[str]:
+    """``argv`` started by :data:`PTY_HELPER`, which sends its PTY over fd ``channel``."""
+    return [sys.executable, "-I", "-S", "-c", PTY_HELPER, str(channel), *argv]
+
+
+def _receive_master(sock: socket.socket) -> int:
+    sock.settimeout(PTY_HANDOVER_SECONDS)
+    _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    if not fds:
+        raise OSError("the workload's shell ended before it had a terminal")
+    return fds[0]
+
+
 async def _run_with_pty(
     login: Login,
     process: asyncssh.SSHServerProcess[bytes],
@@ -323,30 +369,34 @@ async def _run_with_pty(
     env: dict[str, str],
     cwd: str,
     term: str,
+    channel: tuple[socket.socket, socket.socket],
 ) -> int | str:
-    """The process on a new PTY, which becomes its controlling terminal (``setsid -c``):
-    job control, ^C and window sizes work as in any terminal."""
+    """The process on a new PTY opened inside the workload (``argv`` starts with
+    :func:`pty_argv`): job control, ^C and window sizes work as in any terminal."""
     loop = asyncio.get_running_loop()
-    master, slave = os.openpty()
-    _set_size(master, process.get_terminal_size())
+    ours, theirs = channel
     env["TERM"] = term
-    setsid = shutil.which("setsid")
-    command = [setsid, "-c", *argv] if setsid else argv
     try:
         child = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
             env=env,
             cwd=cwd,
-            start_new_session=not setsid,
+            pass_fds=(theirs.fileno(),),
         )
+    finally:
+        theirs.close()
+    try:
+        master = await loop.run_in_executor(None, _receive_master, ours)
     except BaseException:
-        os.close(master)
+        _signal_group(child.pid, signal.SIGKILL)
+        await child.wait()
         raise
     finally:
-        os.close(slave)
+        ours.close()
+    _set_size(master, process.get_terminal_size())
     reader = asyncio.StreamReader()
     read_transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(master), "rb", 0)
