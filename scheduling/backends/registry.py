@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -42,6 +43,10 @@ def _build(cluster: Cluster) -> Backend:
             gpus=None if gpus is None else [GpuInfo(**gpu) for gpu in gpus],
             cpu_milli=config.get("cpu_milli"),
             memory_mib=config.get("memory_mib"),
+            readonly_paths=[Path(path) for path in settings.LOCAL_READONLY_PATHS],
+            code_server=settings.CODE_SERVER_BIN,
+            novnc_dir=settings.NOVNC_DIR,
+            pycharm_home=settings.PYCHARM_HOME,
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend
