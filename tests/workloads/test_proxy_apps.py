@@ -211,10 +211,6 @@ async def test_a_cross_site_page_cannot_use_vscode(world: Any, vscode: SocketApp
     assert refused["status"] == 403
     headers = [(b"host", b"localhost"), (b"origin", b"https://evil.example"),
                (b"cookie", cookie.encode())]  # fmt: skip
-    from channels.testing import WebsocketCommunicator
-
-    from portal.asgi import application
-
     connected, _ = await WebsocketCommunicator(application, BASE, headers=headers).connect(
         timeout=5
     )
