@@ -28,6 +28,8 @@ from tenants import services as tenant_services
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Quota, Tenant
 from tenants.permissions import Access, administers_anything
+from scheduling.models import Cluster
+from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Image
 
 AUDIT_PAGE_SIZE = 50
@@ -221,6 +223,15 @@ def catalog(request: HttpRequest) -> HttpResponse:
         template_count=Count("templates", distinct=True),
         grant_count=Count("grants", distinct=True),
     )
+    clusters = list(Cluster.objects.order_by("name"))
+    templates = list(templates)
+    for template in templates:
+        # Where it is not offered, and why ("PyCharm is not installed on this host: ...").
+        template.not_offered = [
+            (cluster, reason)
+            for cluster in clusters
+            if (reason := cannot_run(template.kind, cluster)) is not None
+        ]
     return render(
         request,
         "console/catalog.html",
