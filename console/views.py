@@ -24,11 +24,11 @@ from django.utils.translation import gettext_lazy
 
 from core.guards import console_context, superuser_required
 from core.models import AuditEvent
+from scheduling.models import Cluster
 from tenants import services as tenant_services
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Quota, Tenant
 from tenants.permissions import Access, administers_anything
-from scheduling.models import Cluster
 from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Image
 

@@ -130,14 +130,11 @@ APP_DISAPPEARED = define(
     "app_disappeared", gettext_noop("%(app)s disappeared without an exit code")
 )
 # Apps this host cannot run (the local backend's ``unavailable``, the admin catalog, submit).
-APP_NOT_INSTALLED = define(
-    "app_not_installed", gettext_noop("%(program)s: not found on this host")
-)
+APP_NOT_INSTALLED = define("app_not_installed", gettext_noop("%(program)s: not found on this host"))
 VSCODE_NOT_INSTALLED = define(
     "vscode_not_installed",
     gettext_noop(
-        "VS Code (code-server) is not installed on this host: run make apps, or set "
-        "CODE_SERVER_BIN"
+        "VS Code (code-server) is not installed on this host: run make apps, or set CODE_SERVER_BIN"
     ),
 )
 DESKTOP_NOT_INSTALLED = define(

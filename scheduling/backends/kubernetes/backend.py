@@ -125,7 +125,9 @@ class KubernetesBackend:
         }
         if spec.kind == "notebook":
             base = "/" + spec.base_url.strip("/") + "/" if spec.base_url.strip("/") else "/"
-            state.update(token=token, service=state["name"], base_url=base)
+            if spec.app in manifests.ROOT_SERVED_APPS:
+                base = "/"  # served at the Service's root: the proxy drops /nb/<id>
+            state.update(token=token, service=state["name"], base_url=base, app=spec.app)
         if spec.kind == "serving":
             state.update(service=state["name"])
         return Handle(spec.workload_id, state)

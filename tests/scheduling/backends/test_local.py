@@ -347,7 +347,7 @@ def test_nodes_describe_this_host_when_nothing_is_configured(tmp_path: Path) -> 
     assert node.gpus == ()
 
 
-# -- apps the local backend does not run (VS Code, desktops: tests/scheduling/backends/test_local_apps.py)
+# -- apps beyond JupyterLab: VS Code and desktops are in test_local_apps.py
 
 
 def test_tensorboard_is_refused_where_it_is_not_installed(backend: LocalBackend) -> None:

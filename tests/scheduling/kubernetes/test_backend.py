@@ -260,10 +260,11 @@ def test_an_unknown_workload_is_observed_as_unknown(backend: KubernetesBackend) 
     assert backend.observe([Handle(workload_id)])[workload_id].phase == Phase.UNKNOWN
 
 
+@pytest.mark.parametrize("app", ["jupyter", "vscode", "desktop"])
 def test_a_notebooks_endpoint_is_its_service_once_the_server_is_ready(
-    api: ApiServer, backend: KubernetesBackend
+    api: ApiServer, backend: KubernetesBackend, app: str
 ) -> None:
-    workload = spec("notebook")
+    workload = spec("notebook", app=app, program=("xterm",) if app == "desktop" else ())
     handle = backend.submit(workload)
     assert backend.endpoint(handle) is None
     set_phase(api, handle.state["name"], "Running")
@@ -284,9 +285,9 @@ def test_a_notebooks_endpoint_is_its_service_once_the_server_is_ready(
     api.put(pod)
     endpoint = backend.endpoint(handle)
     assert endpoint is not None
-    assert endpoint.url == (
-        f"http://{handle.state['name']}.{NAMESPACE}.svc:80/nb/{workload.workload_id}/"
-    )
+    # JupyterLab keeps the /nb/<id>/ prefix; VS Code and desktops serve at the Service's root.
+    path = f"/nb/{workload.workload_id}/" if app == "jupyter" else "/"
+    assert endpoint.url == f"http://{handle.state['name']}.{NAMESPACE}.svc:80{path}"
     assert endpoint.headers == {"Authorization": f"token {handle.state['token']}"}
 
 
