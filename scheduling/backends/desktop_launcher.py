@@ -97,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         XVNC, "-displayfd", str(write_fd), "-auth", authority,
         "-rfbunixpath", rfb, "-rfbunixmode", "0600", "-rfbport", "-1",
         "-SecurityTypes", "None", "-nolisten", "tcp", "-geometry", args.geometry, "-depth", "24",
+        # Every connection comes from the same socket "host", the portal's probes included:
+        # TigerVNC's blacklist (5 early hang-ups) would lock the browser out.
+        "-UseBlacklist=0",
     ]  # fmt: skip
     server = subprocess.Popen(
         xvnc,

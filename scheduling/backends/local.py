@@ -828,6 +828,8 @@ class LocalBackend:
         greeting."""
         if state.get("socket"):
             if state["app"] in DESKTOP_APPS:
+                if state.get("ready"):  # answered once: not asked again (each ask is a client)
+                    return {} if os.path.exists(state["socket"]) else None
                 return {} if _rfb_answers(state["socket"]) else None
             return _code_server_health(state["socket"])
         base = f"http://127.0.0.1:{state['port']}{state['base_url']}"
