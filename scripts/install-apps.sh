@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 APPS_DIR="${APPS_DIR:-.apps}"
 CODE_SERVER_VERSION="${CODE_SERVER_VERSION:-4.100.3}"
 # One list; add packages here.
-DEBIAN_PACKAGES="${DEBIAN_PACKAGES:-bubblewrap tigervnc-standalone-server tigervnc-tools novnc ripgrep xterm openbox openssh-sftp-server x11-utils}"
+DEBIAN_PACKAGES="${DEBIAN_PACKAGES:-bubblewrap tigervnc-standalone-server tigervnc-tools novnc ripgrep xterm openbox openssh-sftp-server xauth x11-utils}"
 STAMP="$APPS_DIR/.stamp-$CODE_SERVER_VERSION"
 
 say() { printf 'make apps: %s\n' "$*"; }
