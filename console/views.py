@@ -224,21 +224,25 @@ def catalog(request: HttpRequest) -> HttpResponse:
         grant_count=Count("grants", distinct=True),
     )
     clusters = list(Cluster.objects.order_by("name"))
-    templates = list(templates)
-    for template in templates:
-        # Where it is not offered, and why ("PyCharm is not installed on this host: ...").
-        template.not_offered = [
-            (cluster, reason)
-            for cluster in clusters
-            if (reason := cannot_run(template.kind, cluster)) is not None
-        ]
+    # Per template, where it is not offered and why ("PyCharm is not installed on this host").
+    rows = [
+        (
+            template,
+            [
+                (cluster, reason)
+                for cluster in clusters
+                if (reason := cannot_run(template.kind, cluster)) is not None
+            ],
+        )
+        for template in templates
+    ]
     return render(
         request,
         "console/catalog.html",
         {
             **console_context(request, "catalog"),
             "images": images,
-            "templates": templates,
+            "templates": rows,
             "flavors": flavors,
             "image_links": _edit_links(Image, "image"),
             "template_links": _edit_links(AppTemplate, "template"),

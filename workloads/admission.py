@@ -272,10 +272,10 @@ def _screen(workload: Workload, session: _Session, plan: _Plan) -> bool:
     grant, template = workload.grant, workload.template
     apps = session.apps
     if template and apps is not None and template.kind not in apps:
-        reason = session.unavailable.get(template.kind) or R.NEEDS_KUBERNETES(
+        cannot = session.unavailable.get(template.kind) or R.NEEDS_KUBERNETES(
             app=template.kind, cluster=session.cluster.name
         )
-        plan.rejected.append((workload, reason))
+        plan.rejected.append((workload, cannot))
         return False
     if grant is not None and grant.expires_on and grant.expires_on < session.today:
         plan.rejected.append(

@@ -808,9 +808,9 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
         if self.activity is not None:
             await self.activity.tick()
         if self.rfb is not None:
-            data = bytes_data if bytes_data is not None else (text_data or "").encode()
+            raw = bytes_data if bytes_data is not None else (text_data or "").encode()
             try:
-                self.rfb.write(data)
+                self.rfb.write(raw)
                 await self.rfb.drain()
             except (OSError, ConnectionError):
                 await self.close()
