@@ -5,8 +5,8 @@ The local backend starts this file under its runner (by path, with the interpret
 given): standard library only, like the runner. The VNC server listens on a UNIX socket in the
 workload's private run directory and nowhere else (no TCP port): the portal bridges the
 browser's noVNC WebSocket to it. X clients authenticate with a fresh cookie (an Xauthority
-file in the run directory), since the network, and with it the X server's abstract socket, is
-shared between workloads.
+file in the run directory); the X server listens on its socket in /tmp/.X11-unix only (no TCP,
+no abstract socket: the network namespace is shared between workloads).
 
 The desktop ends when the program does (its exit code), or when Xvnc does. A program that is
 not on this host ends the task at once with "<program>: not found on this host" (exit 127),
@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     xvnc = [
         XVNC, "-displayfd", str(write_fd), "-auth", authority,
         "-rfbunixpath", rfb, "-rfbunixmode", "0600", "-rfbport", "-1",
-        "-SecurityTypes", "None", "-nolisten", "tcp", "-geometry", args.geometry, "-depth", "24",
+        "-SecurityTypes", "None", "-nolisten", "tcp", "-nolisten", "local",
+        "-geometry", args.geometry, "-depth", "24",
         # Every connection comes from the same socket "host", the portal's probes included:
         # TigerVNC's blacklist (5 early hang-ups) would lock the browser out.
         "-UseBlacklist=0",
