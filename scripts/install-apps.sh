@@ -51,6 +51,9 @@ install_code_server() {
   local prefix="$APPS_DIR/code-server"
   local lib="$prefix/node_modules/code-server/lib/vscode"
   local gyp
+  if [ -f "$prefix/.installed-$CODE_SERVER_VERSION" ]; then
+    say "code-server $CODE_SERVER_VERSION: already installed in $prefix"; return 0
+  fi
   if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
     say "npm/node not found: VS Code (code-server) not installed"; return 1
   fi
@@ -96,6 +99,7 @@ install_code_server() {
   fi
   XDG_CONFIG_HOME="$APPS_DIR/.config" "$prefix/node_modules/.bin/code-server" --version \
     >/dev/null || return 1
+  touch "$prefix/.installed-$CODE_SERVER_VERSION"
   say "code-server: $prefix/node_modules/.bin/code-server"
 }
 if ! install_code_server; then
