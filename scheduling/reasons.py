@@ -152,6 +152,13 @@ PYCHARM_NOT_FOUND = define(
     "pycharm_not_found",
     gettext_noop("PyCharm is not installed on this host: %(path)s has no bin/pycharm.sh"),
 )
+PYCHARM_NOT_IN_IMAGE = define(
+    "pycharm_not_in_image",
+    gettext_noop(
+        "PyCharm is not in this cluster's desktop image: set pycharm_in_image in the "
+        "cluster's settings once it is"
+    ),
+)
 DESKTOP_NEEDS_PROGRAM = define(
     "desktop_needs_program", gettext_noop("the desktop template names no program to start")
 )

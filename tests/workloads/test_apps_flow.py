@@ -53,8 +53,7 @@ def test_vscode_is_not_offered_where_code_server_is_missing_and_says_why(
     workload = run(services.launch_environment, actor=world.bob, template=template)
     assert workload.state == State.REJECTED
     assert workload.reason == (
-        "VS Code (code-server) is not installed on this host: run make apps, or set "
-        "CODE_SERVER_BIN"
+        "VS Code (code-server) is not installed on this host: run make apps, or set CODE_SERVER_BIN"
     )
     admin = Client()
     admin.force_login(world.root)

@@ -12,6 +12,7 @@ import pytest
 
 from scheduling.backends.base import BackendError, Handle, Phase
 from scheduling.backends.kubernetes import KubernetesBackend, manifests, names, status
+from scheduling.backends.kubernetes.config import KubernetesConfig
 from tests.scheduling.kubernetes.conftest import NAMESPACE, spec, with_gpus
 from tests.scheduling.kubernetes.emulator import ApiServer
 
@@ -400,3 +401,15 @@ def test_cluster_objects_are_written_only_where_they_differ(
     quota = api.get("resourcequotas", NAMESPACE, manifests.QUOTA_NAME)
     assert quota is not None
     assert quota["spec"]["hard"] == {"requests.volcano.sh/vgpu-memory": "512"}
+
+
+def test_pycharm_is_not_offered_where_the_desktop_image_lacks_it(
+    make_backend: Callable[..., KubernetesBackend],
+) -> None:
+    assert make_backend().apps is None  # by default the images run every app
+    without = KubernetesBackend(KubernetesConfig.from_mapping({"pycharm_in_image": False}))
+    assert without.apps is not None and "pycharm-desktop" not in without.apps
+    assert {"jupyter", "vscode", "desktop"} <= without.apps
+    assert str(without.unavailable["pycharm-desktop"]).startswith(
+        "PyCharm is not in this cluster's desktop image"
+    )
