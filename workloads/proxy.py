@@ -544,7 +544,7 @@ class NotebookHttpProxy(AsyncHttpConsumer):
             await self.respond(TOO_LARGE)
         else:
             await note_activity(target.workload_id)
-            if decision.endpoint.static_dir:
+            if decision.endpoint.rfb_socket:
                 await self.desktop(target, decision.endpoint)
             else:
                 await self.forward(target, decision.endpoint, body)
@@ -558,7 +558,7 @@ class NotebookHttpProxy(AsyncHttpConsumer):
             )
             return
         method = self.scope.get("method", "GET")
-        path = static_file(endpoint.static_dir, target.rest)
+        path = static_file(endpoint.static_dir, target.rest) if endpoint.static_dir else None
         if method not in STATIC_METHODS or path is None:
             await self.respond(NOT_FOUND)
             return
