@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.run-deps
 TEST_STAMP := $(VENV)/.test-deps
 
-.PHONY: run test lint pytest browser install clean
+.PHONY: run test lint pytest browser install apps clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Quanta needs Python 3.11+"'
@@ -24,9 +24,17 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 
 install: $(RUN_STAMP)
 
+# The browser apps beyond JupyterLab, from the registries only (scripts/install-apps.sh): VS Code
+# (code-server from npm into .apps/), and as root with apt-get the Debian packages of the
+# desktop (TigerVNC, openbox, noVNC, xterm), ripgrep and bubblewrap. What cannot be installed is
+# reported and those apps are not offered; a stamp makes the second run instant.
+apps:
+	./scripts/install-apps.sh
+
 # Embedded default: SQLite, in-process tasks, in-memory channel layer, local backend, demo data.
 run: export DEBUG ?= true
 run: $(RUN_STAMP)
+	-./scripts/install-apps.sh  # never fails the run: without them those apps are not offered
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo --url http://127.0.0.1:$(PORT)/
 	$(BIN)/python manage.py serve 127.0.0.1:$(PORT)

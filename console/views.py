@@ -24,10 +24,12 @@ from django.utils.translation import gettext_lazy
 
 from core.guards import console_context, superuser_required
 from core.models import AuditEvent
+from scheduling.models import Cluster
 from tenants import services as tenant_services
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Quota, Tenant
 from tenants.permissions import Access, administers_anything
+from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Image
 
 AUDIT_PAGE_SIZE = 50
@@ -221,13 +223,26 @@ def catalog(request: HttpRequest) -> HttpResponse:
         template_count=Count("templates", distinct=True),
         grant_count=Count("grants", distinct=True),
     )
+    clusters = list(Cluster.objects.order_by("name"))
+    # Per template, where it is not offered and why ("PyCharm is not installed on this host").
+    rows = [
+        (
+            template,
+            [
+                (cluster, reason)
+                for cluster in clusters
+                if (reason := cannot_run(template.kind, cluster)) is not None
+            ],
+        )
+        for template in templates
+    ]
     return render(
         request,
         "console/catalog.html",
         {
             **console_context(request, "catalog"),
             "images": images,
-            "templates": templates,
+            "templates": rows,
             "flavors": flavors,
             "image_links": _edit_links(Image, "image"),
             "template_links": _edit_links(AppTemplate, "template"),

@@ -321,6 +321,20 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
 DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = 64 * 1024 * 1024
 
+# --- Apps of the local backend (docs/local-backend.md) ----------------------------------------
+# VS Code in the browser: code-server's binary. Default: what `make apps` installed into
+# .apps/code-server, else `code-server` on PATH; without it VS Code is not offered.
+_CODE_SERVER_DEFAULT = BASE_DIR / ".apps" / "code-server" / "node_modules" / ".bin" / "code-server"
+CODE_SERVER_BIN = envstr(
+    "CODE_SERVER_BIN", str(_CODE_SERVER_DEFAULT) if _CODE_SERVER_DEFAULT.exists() else "code-server"
+)
+# The desktop's browser side: noVNC's files (Debian's novnc package).
+NOVNC_DIR = envstr("NOVNC_DIR", "/usr/share/novnc")
+# A PyCharm installation (its bin/pycharm.sh starts in a desktop); empty: PyCharm not offered.
+PYCHARM_HOME = envstr("PYCHARM_HOME", "")
+# More paths every local task may read (read-only in the sandbox), comma-separated.
+LOCAL_READONLY_PATHS = envlist("LOCAL_READONLY_PATHS", "")
+
 # Personal API tokens: how often (seconds) the last-used time is written at most.
 API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)
 

@@ -141,6 +141,43 @@ APP_OUT_OF_MEMORY = define(
 APP_DISAPPEARED = define(
     "app_disappeared", gettext_noop("%(app)s disappeared without an exit code")
 )
+# Apps this host cannot run (the local backend's ``unavailable``, the admin catalog, submit).
+APP_NOT_INSTALLED = define("app_not_installed", gettext_noop("%(program)s: not found on this host"))
+VSCODE_NOT_INSTALLED = define(
+    "vscode_not_installed",
+    gettext_noop(
+        "VS Code (code-server) is not installed on this host: run make apps, or set CODE_SERVER_BIN"
+    ),
+)
+DESKTOP_NOT_INSTALLED = define(
+    "desktop_not_installed",
+    gettext_noop(
+        "the desktop needs %(missing)s on this host: run make apps (Debian packages "
+        "tigervnc-standalone-server, tigervnc-tools, xauth, openbox, novnc)"
+    ),
+)
+PYCHARM_NOT_CONFIGURED = define(
+    "pycharm_not_configured",
+    gettext_noop("PyCharm is not installed on this host: set PYCHARM_HOME"),
+)
+PYCHARM_NOT_FOUND = define(
+    "pycharm_not_found",
+    gettext_noop("PyCharm is not installed on this host: %(path)s has no bin/pycharm.sh"),
+)
+PYCHARM_NOT_IN_IMAGE = define(
+    "pycharm_not_in_image",
+    gettext_noop(
+        "PyCharm is not in this cluster's desktop image: set pycharm_in_image in the "
+        "cluster's settings once it is"
+    ),
+)
+DESKTOP_NEEDS_PROGRAM = define(
+    "desktop_needs_program", gettext_noop("the desktop template names no program to start")
+)
+SOCKET_PATH_TOO_LONG = define(
+    "socket_path_too_long",
+    gettext_noop("the path %(path)s is too long for a UNIX socket: use a shorter DATA_DIR"),
+)
 WAITING_FOR_SERVER_ANSWER = define(
     "waiting_for_server_answer", gettext_noop("waiting for the server to answer")
 )

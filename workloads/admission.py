@@ -137,7 +137,10 @@ class _Session:
         self.cluster = cluster
         self.nodes = nodes
         self.shapes = empty_shapes(nodes)
-        self.apps = get_backend(cluster).apps
+        backend = get_backend(cluster)
+        self.apps = backend.apps
+        # Why the apps it lacks are missing, where the backend says (the local backend).
+        self.unavailable: dict[str, R.Reason] = getattr(backend, "unavailable", None) or {}
         self.today = timezone.localdate()
         self.quotas = tenant_services.quota_snapshot((w.tenant, w.owner_id) for w in waiting)
         self._resources: dict[int, Resources] = {}
@@ -269,9 +272,10 @@ def _screen(workload: Workload, session: _Session, plan: _Plan) -> bool:
     grant, template = workload.grant, workload.template
     apps = session.apps
     if template and apps is not None and template.kind not in apps:
-        plan.rejected.append(
-            (workload, R.NEEDS_KUBERNETES(app=template.kind, cluster=session.cluster.name))
+        cannot = session.unavailable.get(template.kind) or R.NEEDS_KUBERNETES(
+            app=template.kind, cluster=session.cluster.name
         )
+        plan.rejected.append((workload, cannot))
         return False
     if grant is not None and grant.expires_on and grant.expires_on < session.today:
         plan.rejected.append(

@@ -16,6 +16,7 @@ from django.db import models, transaction
 from django.utils.translation import gettext as _
 
 from core.audit import record
+from workloads.choices import AppKind
 from workloads.models import AppTemplate, Flavor, Image
 
 M = TypeVar("M", bound=models.Model)
@@ -104,7 +105,13 @@ def _check_template(
     template: AppTemplate | None,
     default_flavor: Flavor | None,
     allowed_flavors: Iterable[Flavor] | None,
+    fields: dict[str, Any] | None = None,
 ) -> None:
+    fields = fields or {}
+    kind = fields.get("kind", getattr(template, "kind", ""))
+    program = fields.get("program", getattr(template, "program", ""))
+    if kind == AppKind.DESKTOP and not program:
+        raise ValidationError({"program": _("a desktop needs a program to start, e.g. xterm")})
     default = default_flavor or getattr(template, "default_flavor", None)
     if allowed_flavors is not None and default is not None and default not in allowed_flavors:
         raise ValidationError({"default_flavor": _("must be one of the allowed flavors")})
@@ -112,13 +119,15 @@ def _check_template(
 
 @transaction.atomic
 def create_template(*, actor: Any, **fields: Any) -> AppTemplate:
-    _check_template(None, fields.get("default_flavor"), fields.get("allowed_flavors"))
+    _check_template(None, fields.get("default_flavor"), fields.get("allowed_flavors"), fields)
     return _create(AppTemplate, actor=actor, m2m=("allowed_flavors",), **fields)
 
 
 @transaction.atomic
 def update_template(*, actor: Any, template: AppTemplate, **changes: Any) -> AppTemplate:
-    _check_template(template, changes.get("default_flavor"), changes.get("allowed_flavors"))
+    _check_template(
+        template, changes.get("default_flavor"), changes.get("allowed_flavors"), changes
+    )
     return _update(template, actor=actor, m2m=("allowed_flavors",), **changes)
 
 

@@ -6,6 +6,7 @@ class AppKind(models.TextChoices):
     JUPYTER = "jupyter", _("JupyterLab")
     VSCODE = "vscode", _("VS Code")
     PYCHARM = "pycharm-desktop", _("PyCharm (desktop)")
+    DESKTOP = "desktop", _("Desktop")
     TENSORBOARD = "tensorboard", _("TensorBoard")
     TERMINAL = "terminal", _("Terminal")
 

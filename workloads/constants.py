@@ -33,3 +33,7 @@ def check_env_limits(env: dict[str, Any], *, field: str = "env") -> None:
                 % {"size": size, "n": MAX_ENV_BYTES}
             }
         )
+
+
+# A desktop template's program: words of safe characters separated by single spaces.
+PROGRAM_PATTERN = r"^[A-Za-z0-9_./+=:,-]+( [A-Za-z0-9_./+=:,-]+)*$"

@@ -25,6 +25,14 @@ IMAGES = [
         "tools": ["jupyterlab", "terminal"],
         "registry_ref": "quanta/python-ds:3.11",
     },
+    {
+        "slug": "desktop",
+        "name": "Desktop (noVNC) with PyCharm",
+        "framework": "Python",
+        "framework_version": "3.11",
+        "tools": ["novnc", "xterm", "idle", "pycharm"],
+        "registry_ref": "quanta/desktop:3.11",
+    },
 ]
 FLAVORS = [
     {"slug": "cpu-small", "name": "½ CPU, 1 GiB", "cpu_milli": 500, "memory_mib": 1024},
@@ -85,7 +93,27 @@ TEMPLATES: list[dict[str, Any]] = [
         "kind": "vscode",
         "image": "pytorch-2-13",
         "default": "cpu-medium",
+        "allowed": ["cpu-small", "cpu-medium", "vgpu-8g"],
+        "description": "VS Code in the browser, your home folder as its workspace.",
+    },
+    {
+        "slug": "desktop-xterm",
+        "name": "Desktop · xterm",
+        "kind": "desktop",
+        "image": "desktop",
+        "program": "xterm",
+        "default": "cpu-small",
+        "allowed": ["cpu-small", "cpu-medium"],
+        "description": "A Linux desktop in the browser with a terminal window.",
+    },
+    {
+        "slug": "pycharm",
+        "name": "PyCharm",
+        "kind": "pycharm-desktop",
+        "image": "desktop",
+        "default": "cpu-medium",
         "allowed": ["cpu-medium", "vgpu-8g"],
+        "description": "PyCharm on a desktop in the browser.",
     },
 ]
 # class -> (template, flavors, extra). "cluster": "sim" sends the grant's work to the
@@ -93,6 +121,9 @@ TEMPLATES: list[dict[str, Any]] = [
 GRANTS: list[tuple[str, str, list[str], dict[str, Any]]] = [
     ("ml-101", "jupyter-pytorch", ["cpu-small", "cpu-medium", "vgpu-8g"], {}),
     ("ml-101", "terminal", ["cpu-small"], {}),
+    ("ml-101", "vscode", ["cpu-small"], {}),
+    ("ml-101", "desktop-xterm", ["cpu-small"], {}),
+    ("ml-101", "pycharm", ["cpu-medium"], {}),
     ("dl-201", "jupyter-pytorch", ["cpu-small"], {"max_duration_minutes": 480}),
     (
         "dl-201",
@@ -124,6 +155,7 @@ def seed(actor: Any) -> None:
                 "image": Image.objects.get(slug=t["image"]),
                 "default_flavor": Flavor.objects.get(slug=t["default"]),
                 "description": t.get("description", ""),
+                "program": t.get("program", ""),
             },
         )
         if created:

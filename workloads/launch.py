@@ -17,7 +17,9 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.reasons import Reason
 from core.text import unstorable
+from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
 from workloads import reasons as R
@@ -55,6 +57,16 @@ def grants_for(user: Any, *, today: dt.date | None = None) -> QuerySet[Grant]:
         .select_related("template", "template__image", "tenant", "cluster")
         .prefetch_related("flavors")
     )
+
+
+def cannot_run(kind: str, cluster: Cluster) -> Reason | None:
+    """Why ``cluster`` cannot run templates of ``kind`` (None: it can). The App Center does
+    not offer them there; admission rejects a launch of one with this reason."""
+    backend = get_backend(cluster)
+    if backend.apps is None or kind in backend.apps:
+        return None
+    unavailable: dict[str, Reason] = getattr(backend, "unavailable", None) or {}
+    return unavailable.get(kind) or R.NEEDS_KUBERNETES(app=kind, cluster=cluster.name)
 
 
 def default_cluster() -> Cluster:

@@ -7,14 +7,15 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
 from workloads.choices import ACTIVE, AppKind, State, WorkloadKind
-from workloads.constants import MAX_FLAVOR_GPUS
+from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN
 
 
 class Image(models.Model):
@@ -100,6 +101,18 @@ class AppTemplate(models.Model):
     allowed_flavors = models.ManyToManyField(Flavor, related_name="templates")
     environment = models.JSONField(default=dict, blank=True)
     ports = models.JSONField(default=list, blank=True)
+    # Desktops: the program the desktop starts, words separated by spaces ("xterm",
+    # "idle3 -n"); no shell, no quoting. PyCharm's templates leave it empty.
+    program = models.CharField(
+        max_length=200,
+        blank=True,
+        validators=[
+            RegexValidator(
+                PROGRAM_PATTERN,
+                _("a program and its arguments: letters, digits and . _ / + - = : , only"),
+            )
+        ],
+    )
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
 

@@ -12,11 +12,14 @@ import asyncio
 import contextlib
 import html
 import logging
+import mimetypes
+import os
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 from channels.db import database_sync_to_async
@@ -29,12 +32,14 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as websocket_connect
+from websockets.asyncio.client import unix_connect as websocket_unix_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Origin
 
 from core.language import reader_language
 from scheduling.backends.base import Endpoint, Handle
 from scheduling.backends.registry import get_backend
+from workloads.activity import record_activity
 from workloads.choices import State
 from workloads.models import Workload
 from workloads.permissions import can_control
@@ -47,6 +52,10 @@ MAX_REQUEST_BODY_BYTES = 256 * 1024 * 1024  # request bodies are buffered before
 UPSTREAM_TIMEOUT = httpx.Timeout(120.0, connect=10.0, pool=10.0)
 WEBSOCKET_OPEN_TIMEOUT = 10.0
 RETRY_AFTER_SECONDS = 5
+ACTIVITY_SECONDS = 10.0  # one activity report per connection at most this often
+RFB_CHUNK_BYTES = 256 * 1024
+DESKTOP_SOCKET_PATH = "websockify"  # noVNC's WebSocket: /nb/<id>/websockify
+STATIC_METHODS = ("GET", "HEAD")
 
 # RFC 9110 §7.6.1: meaningful for one connection only, never forwarded.
 HOP_BY_HOP = frozenset(
@@ -105,6 +114,44 @@ def endpoint_for(workload: Any) -> Endpoint | None:
     """
     handle = Handle(str(workload.id), dict(workload.backend_state or {}))
     return get_backend(workload.cluster).endpoint(handle)
+
+
+def _record_activity(workload_id: str) -> None:
+    """Traffic through the proxy is use (VS Code and desktops report none of their own). A
+    failure to record never breaks the proxying."""
+    try:
+        record_activity(workload_id)
+    except Exception:
+        logger.exception("notebook proxy: could not record activity of %s", workload_id)
+
+
+_http_clocks: dict[str, ActivityClock] = {}
+
+
+async def note_activity(workload_id: str) -> None:
+    """An HTTP request through the proxy: reported at most every ``ACTIVITY_SECONDS``."""
+    clock = _http_clocks.get(workload_id)
+    if clock is None:
+        if len(_http_clocks) > 10_000:
+            _http_clocks.clear()
+        clock = _http_clocks[workload_id] = ActivityClock(workload_id)
+    await clock.tick()
+
+
+class ActivityClock:
+    """Reports a connection's activity at most every ``ACTIVITY_SECONDS``, off the event loop."""
+
+    def __init__(self, workload_id: str) -> None:
+        self.workload_id = workload_id
+        self.last = -ACTIVITY_SECONDS
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.last < ACTIVITY_SECONDS:
+            return
+        self.last = now
+        with contextlib.suppress(Exception):
+            await database_sync_to_async(_record_activity)(self.workload_id)
 
 
 # -- who gets through ---------------------------------------------------------------------------
@@ -417,6 +464,34 @@ FORBIDDEN = Page(403, _("Refused"), _("This request came from another site."))
 TOO_LARGE = Page(413, _("Too large"), _("The request is larger than the portal forwards."))
 
 
+# -- desktops: noVNC's files -------------------------------------------------------------------
+
+
+def desktop_page(workload_id: str) -> str:
+    """noVNC's page, connecting by itself to this desktop's WebSocket."""
+    return (
+        f"{PREFIX}{workload_id}/vnc.html?autoconnect=1&resize=remote&reconnect=1"
+        f"&path={PREFIX.strip('/')}/{workload_id}/{DESKTOP_SOCKET_PATH}"
+    )
+
+
+def static_file(static_dir: str, rest: str) -> str | None:
+    """The file under ``static_dir`` that ``rest`` (percent-encoded, no dot segments) names,
+    or None: never a path outside it, never a directory."""
+    relative = unquote(rest).lstrip("/")
+    if not relative or "\x00" in relative:
+        return None
+    base = os.path.normpath(static_dir)
+    path = os.path.normpath(os.path.join(base, relative))
+    if not path.startswith(base + os.sep) or not os.path.isfile(path):
+        return None
+    return path
+
+
+def is_desktop_socket(target: Target) -> bool:
+    return target.rest.strip("/") == DESKTOP_SOCKET_PATH
+
+
 # -- HTTP ---------------------------------------------------------------------------------------
 
 
@@ -468,7 +543,35 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         elif self.too_large:
             await self.respond(TOO_LARGE)
         else:
-            await self.forward(target, decision.endpoint, body)
+            await note_activity(target.workload_id)
+            if decision.endpoint.rfb_socket:
+                await self.desktop(target, decision.endpoint)
+            else:
+                await self.forward(target, decision.endpoint, body)
+
+    async def desktop(self, target: Target, endpoint: Endpoint) -> None:
+        """A desktop's HTTP side is noVNC's static files; "/" opens its page."""
+        if target.rest == "/" and not target.query:
+            location = desktop_page(target.workload_id).encode()
+            await self.send_response(
+                302, b"", headers=[(b"location", location), (b"cache-control", b"no-store")]
+            )
+            return
+        method = self.scope.get("method", "GET")
+        path = static_file(endpoint.static_dir, target.rest) if endpoint.static_dir else None
+        if method not in STATIC_METHODS or path is None:
+            await self.respond(NOT_FOUND)
+            return
+        kind = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if path.endswith((".js", ".mjs")):
+            kind = "text/javascript"
+        content = await asyncio.to_thread(_read_file, path)
+        headers = [
+            (b"content-type", kind.encode()),
+            (b"cache-control", b"no-cache"),
+            (b"x-content-type-options", b"nosniff"),
+        ]
+        await self.send_response(200, b"" if method == "HEAD" else content, headers=headers)
 
     async def redirect_to_login(self) -> None:
         raw = self.scope.get("raw_path")
@@ -487,8 +590,12 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         method = self.scope.get("method", "GET")
         scrubber = Scrubber(secrets_of(endpoint))
         started = False
+        # A private socket (VS Code): HTTP over it; the URL then names only the path.
+        transport = (
+            httpx.AsyncHTTPTransport(uds=endpoint.unix_socket) if endpoint.unix_socket else None
+        )
         async with httpx.AsyncClient(
-            timeout=UPSTREAM_TIMEOUT, follow_redirects=False, trust_env=False
+            timeout=UPSTREAM_TIMEOUT, follow_redirects=False, trust_env=False, transport=transport
         ) as client:
             try:
                 request = client.build_request(method, url, headers=headers, content=body)
@@ -579,6 +686,8 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
     upstream: ClientConnection | None = None
     pump: asyncio.Task[None] | None = None
     browser_gone = False
+    activity: ActivityClock | None = None
+    rfb: asyncio.StreamWriter | None = None  # a desktop: the VNC server's socket
 
     async def connect(self) -> None:
         target = parse_target(self.scope)
@@ -591,16 +700,21 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
         if decision.outcome != "proxy" or endpoint is None or not origin_allowed(self.scope):
             await self.close()
             return
+        self.activity = ActivityClock(target.workload_id)
+        await self.activity.tick()
+        if endpoint.rfb_socket:
+            await self.connect_rfb(target, endpoint)
+            return
         url = websocket_url(target.upstream_url(endpoint.url))
         try:
-            self.upstream = await websocket_connect(
+            self.upstream = await self.open_upstream(
                 url,
+                endpoint,
                 origin=origin_of(endpoint.url),
                 subprotocols=self.scope.get("subprotocols") or None,
                 additional_headers=upstream_headers(self.scope, endpoint, websocket=True),
                 user_agent_header=None,
                 compression=None,
-                proxy=None,
                 open_timeout=WEBSOCKET_OPEN_TIMEOUT,
                 close_timeout=5,
                 max_size=MAX_FRAME_BYTES,
@@ -612,11 +726,55 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
         await self.accept(subprotocol=self.upstream.subprotocol)
         self.pump = asyncio.create_task(self.pump_upstream(self.upstream))
 
+    @staticmethod
+    async def open_upstream(url: str, endpoint: Endpoint, **options: Any) -> ClientConnection:
+        """The notebook's WebSocket: over TCP, or over the endpoint's private socket."""
+        if endpoint.unix_socket:
+            return await websocket_unix_connect(path=endpoint.unix_socket, uri=url, **options)
+        return await websocket_connect(url, proxy=None, **options)
+
+    async def connect_rfb(self, target: Target, endpoint: Endpoint) -> None:
+        """noVNC's WebSocket carries the raw RFB stream: bridge it to the VNC server's socket
+        (binary messages both ways; websockify's "binary" subprotocol when asked for)."""
+        if not is_desktop_socket(target):
+            await self.close()
+            return
+        try:
+            reader, self.rfb = await asyncio.wait_for(
+                asyncio.open_unix_connection(endpoint.rfb_socket), WEBSOCKET_OPEN_TIMEOUT
+            )
+        except (OSError, TimeoutError) as exc:
+            logger.warning("notebook proxy: desktop %s refused: %s", target.workload_id, exc)
+            await self.close()
+            return
+        offered = self.scope.get("subprotocols") or []
+        await self.accept(subprotocol="binary" if "binary" in offered else None)
+        self.pump = asyncio.create_task(self.pump_rfb(reader))
+
+    async def pump_rfb(self, reader: asyncio.StreamReader) -> None:
+        """The VNC server's bytes to the browser, then close the browser when it hangs up."""
+        try:
+            while chunk := await reader.read(RFB_CHUNK_BYTES):
+                await self.send(bytes_data=chunk)
+                if self.activity is not None:
+                    await self.activity.tick()
+        except (OSError, ConnectionError):
+            pass
+        except Exception:
+            if not self.browser_gone:
+                logger.exception("notebook proxy: desktop pump failed")
+        if not self.browser_gone:
+            self.browser_gone = True
+            with contextlib.suppress(Exception):
+                await self.close()
+
     async def pump_upstream(self, upstream: ClientConnection) -> None:
         """Frames from the notebook to the browser, then the notebook's close."""
         code: int | None = None
         try:
             async for message in upstream:
+                if self.activity is not None:
+                    await self.activity.tick()
                 try:
                     if isinstance(message, str):
                         await self.send(text_data=message)
@@ -647,6 +805,16 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
                 await self.close(code=browser_close_code(code or upstream.close_code))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.activity is not None:
+            await self.activity.tick()
+        if self.rfb is not None:
+            raw = bytes_data if bytes_data is not None else (text_data or "").encode()
+            try:
+                self.rfb.write(raw)
+                await self.rfb.drain()
+            except (OSError, ConnectionError):
+                await self.close()
+            return
         if self.upstream is None:
             return
         data: str | bytes = text_data if text_data is not None else (bytes_data or b"")
@@ -659,6 +827,9 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.browser_gone = True
+        if self.rfb is not None:
+            with contextlib.suppress(Exception):
+                self.rfb.close()
         if self.upstream is not None:
             with contextlib.suppress(Exception):
                 await self.upstream.close(code=upstream_close_code(code))
@@ -674,3 +845,8 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
                     raise
             except Exception:
                 pass
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()

@@ -41,6 +41,7 @@ APP_WORDS = {
     "jupyter": gettext_noop("JupyterLab"),
     "vscode": gettext_noop("VS Code"),
     "pycharm-desktop": gettext_noop("PyCharm (desktop)"),
+    "desktop": gettext_noop("Desktop"),
     "tensorboard": gettext_noop("TensorBoard"),
     "terminal": gettext_noop("Terminal"),
 }

@@ -63,7 +63,7 @@ def submit(workload_id: str) -> None:
     except BackendError as exc:
         if exc.transient:
             raise
-        transition(workload, State.FAILED, reason=str(exc))
+        transition(workload, State.FAILED, reason=exc.reason or str(exc))
         return
     Workload.objects.filter(pk=workload.pk, state=State.STARTING).update(backend_state=handle.state)
 

@@ -86,6 +86,7 @@ def spec_for(workload: Workload) -> WorkloadSpec:
         placement=placement,
         queue=queue_for(workload.cluster, workload.tenant),
         labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
+        program=tuple(template.program.split()) if template else (),
     )
 
 

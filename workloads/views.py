@@ -17,6 +17,7 @@ from tenants.models import MemberUsage
 from workloads import services
 from workloads.choices import ACTIVE
 from workloads.forms import JobForm, LaunchForm
+from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
 from workloads.permissions import can_control, visible_workloads
@@ -36,12 +37,15 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
     seen = outlooks(request.user, grants) if grants else {}
     cards = []
     for grant in grants:
+        cluster = grant.cluster or services.default_cluster()
+        if cannot_run(grant.template.kind, cluster) is not None:
+            continue  # not offered where it cannot run (the admin catalog says why)
         flavors = list(grant.flavors.all())
         default = grant.template.default_flavor
         cards.append(
             {
                 "grant": grant,
-                "cluster": grant.cluster or services.default_cluster(),
+                "cluster": cluster,
                 "form": LaunchForm(
                     flavors=grant.flavors.all(),
                     initial={"flavor": default if default in flavors else None},

@@ -71,6 +71,7 @@ class WorkloadSpec:
     queue: str = ""  # scheduler queue (kubernetes)
     priority: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    program: tuple[str, ...] = ()  # desktops: the program (argv) the desktop starts
 
 
 @dataclass
@@ -98,6 +99,13 @@ class Endpoint:
 
     url: str  # e.g. "http://127.0.0.1:41234/nb/<id>/"
     headers: Mapping[str, str] = field(default_factory=dict)
+    # HTTP and WebSocket go over this UNIX socket instead of TCP (``url`` then only names the
+    # path prefix and the Host): other workloads share the network, not the socket.
+    unix_socket: str = ""
+    # A desktop: the VNC server's raw RFB socket. The proxy serves noVNC's files from
+    # ``static_dir`` under /nb/<id>/ and bridges noVNC's WebSocket (/nb/<id>/websockify) to it.
+    rfb_socket: str = ""
+    static_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,9 +137,12 @@ class BackendError(Exception):
     """A call failed. ``transient`` errors are retried; others fail the workload with
     ``str(error)`` as the reason."""
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, reason: Reason | None = None
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.reason = reason  # the same, as a reason code (translatable), where there is one
 
 
 class Backend(Protocol):

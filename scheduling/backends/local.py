@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import hashlib
+import http.client
 import importlib.util
 import json
 import logging
@@ -63,7 +64,31 @@ STATE_VERSION = 1
 
 NOTEBOOK_APPS = frozenset({"jupyter", "terminal"})
 APPS = NOTEBOOK_APPS | {"tensorboard"}  # tensorboard where it is installed (checked at submit)
-KUBERNETES_ONLY_APPS = frozenset({"vscode", "pycharm-desktop"})
+# Apps that need programs beyond Python: offered (in ``LocalBackend.apps``) where this host
+# has them, else listed in ``LocalBackend.unavailable`` with the reason.
+DESKTOP_APPS = frozenset({"desktop", "pycharm-desktop"})
+HOST_APPS = frozenset({"vscode"}) | DESKTOP_APPS
+APP_NAMES = {
+    "vscode": "VS Code",
+    "desktop": "Desktop",
+    "pycharm-desktop": "PyCharm",
+    "tensorboard": "TensorBoard",
+}
+DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
+DESKTOP_PROGRAMS = ("Xvnc", "xauth")
+NOVNC_DIR = "/usr/share/novnc"
+PYCHARM_LAUNCHERS = ("bin/pycharm.sh", "bin/pycharm")
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with the NUL
+# VS Code's user settings in a fresh workload: no GPU renderer (headless browsers, and the
+# terminal's rows stay in the DOM), no telemetry, no welcome page.
+VSCODE_SETTINGS = {
+    "terminal.integrated.gpuAcceleration": "off",
+    "telemetry.telemetryLevel": "off",
+    "workbench.startupEditor": "none",
+    "security.workspace.trust.enabled": False,
+    "update.mode": "none",
+    "extensions.autoCheckUpdates": False,
+}
 
 # The Terminal app's JupyterLab opens with this layout: one terminal named "1", full width.
 # On load JupyterLab restores it with ``terminal:create-new {name: "1"}``, which reconnects
@@ -123,7 +148,7 @@ class LocalBackend:
     """Runs notebooks (JupyterLab) and jobs (N gang-started processes) on this host."""
 
     kind = "local"
-    apps: frozenset[str] | None = APPS
+    apps: frozenset[str] | None = APPS  # per instance: APPS and the HOST_APPS found here
 
     def __init__(
         self,
@@ -141,6 +166,9 @@ class LocalBackend:
         cgroup_parent: str | None = None,
         readonly_paths: Sequence[Path] = (),
         bwrap: str = "bwrap",
+        code_server: str | None = None,
+        novnc_dir: str | None = NOVNC_DIR,
+        pycharm_home: str | None = None,
     ) -> None:
         if sandbox not in _sandbox.SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {_sandbox.SANDBOX_MODES}, not {sandbox!r}")
@@ -150,7 +178,6 @@ class LocalBackend:
         self.sandbox_network = sandbox_network
         self.pids_max = pids_max
         self.cgroup_parent = cgroup_parent
-        self.readonly_paths = tuple(Path(path) for path in readonly_paths)
         self.bwrap = bwrap
         self._isolation: tuple[_sandbox.Isolation, _sandbox.Cgroups | None, Path | None] | None
         self._isolation = None
@@ -162,6 +189,16 @@ class LocalBackend:
         self.stop_grace_seconds = stop_grace_seconds
         self._gpus = tuple(gpus) if gpus is not None else None
         self._tensorboard: bool | None = None
+        self.code_server = shutil.which(code_server or "code-server")
+        self.novnc_dir = novnc_dir or ""
+        self.pycharm = _pycharm_launcher(pycharm_home)
+        # What every task may read besides the system: the caller's paths, and the installs of
+        # the apps this backend starts (code-server's package, PyCharm, the desktop launcher).
+        installs = (_install_root(self.code_server), _pycharm_root(self.pycharm))
+        extra = [DESKTOP_LAUNCHER, *(path for path in installs if path)]
+        self.readonly_paths = tuple(dict.fromkeys([*map(Path, readonly_paths), *extra]))
+        self.unavailable: dict[str, Reason] = self._unavailable(pycharm_home)
+        self.apps = APPS | (HOST_APPS - self.unavailable.keys())
 
     @property
     def isolation(self) -> _sandbox.Isolation:
@@ -232,7 +269,9 @@ class LocalBackend:
     def endpoint(self, handle: Handle) -> Endpoint | None:
         """The server's URL and credentials once it answers; None before and after."""
         workdir, state = self._load(handle)
-        if state is None or state.get("kind") == "job" or state.get("port") is None:
+        if state is None or state.get("kind") == "job":
+            return None
+        if state.get("port") is None and not state.get("socket"):
             return None
         with self._locked(workdir):
             state = self._read_state(workdir) or state
@@ -245,6 +284,13 @@ class LocalBackend:
                     return None
                 state["ready"] = True
                 self._write_state(workdir, state)
+        if state.get("socket"):
+            # Served at "/" on a private socket: the proxy drops the /nb/<id> prefix.
+            if state["app"] in DESKTOP_APPS:
+                return Endpoint(
+                    url="http://localhost/", rfb_socket=state["socket"], static_dir=self.novnc_dir
+                )
+            return Endpoint(url="http://localhost/", unix_socket=state["socket"])
         url = f"http://127.0.0.1:{state['port']}{state['base_url']}"
         token = state.get("token")
         return Endpoint(url=url, headers={"Authorization": f"token {token}"} if token else {})
@@ -328,11 +374,14 @@ class LocalBackend:
             raise BackendError("the local backend does not serve models yet")
         if spec.kind != "notebook":
             raise BackendError(f"the local backend does not know workloads of kind {spec.kind!r}")
-        if spec.app in KUBERNETES_ONLY_APPS:
-            raise BackendError(
-                f"The local backend cannot run {spec.app}: it needs a container image, "
-                "so run it on the kubernetes backend."
-            )
+        if spec.app in self.unavailable:
+            reason = self.unavailable[spec.app]
+            raise BackendError(str(reason), reason=reason)
+        if spec.app in DESKTOP_APPS:
+            self._desktop_program(spec)
+            return
+        if spec.app == "vscode":
+            return
         if spec.app == "tensorboard":
             if not self._has_tensorboard():
                 raise BackendError("tensorboard is not installed on this host")
@@ -387,8 +436,24 @@ class LocalBackend:
         port = _free_port()
         env = self._env(spec, placement, cwd)
         state = self._new_state(spec, workdir, port=port, base_url=base_url)
+        if spec.app == "vscode":
+            run_dir = self._app_dir(workdir, "code-server")
+            socket_path = _socket_path(run_dir / "http.sock")
+            state.update(port=None, socket=str(socket_path))
+            command: list[str] = self._code_server_command(run_dir, socket_path, cwd)
+            self._launch(state, workdir, 0, spec, command, cwd, env, placement)
+            return state
+        if spec.app in DESKTOP_APPS:
+            run_dir = self._app_dir(workdir, "vnc")
+            state.update(port=None, socket=str(_socket_path(run_dir / "rfb.sock")))
+            command = [
+                self.python, "-P", str(DESKTOP_LAUNCHER), "--run-dir", str(run_dir),
+                "--", *self._desktop_program(spec),
+            ]  # fmt: skip
+            self._launch(state, workdir, 0, spec, command, cwd, env, placement)
+            return state
         if spec.app == "tensorboard":
-            command: list[str] = [
+            command = [
                 self.python, "-m", "tensorboard.main", "--logdir", str(cwd),
                 "--host", "127.0.0.1", "--port", str(port),
                 "--path_prefix", base_url.rstrip("/"),
@@ -648,6 +713,70 @@ class LocalBackend:
             f"QUANTA_ATTEMPT={state.get('attempt', 0)}",
         ]  # fmt: skip
 
+    def _unavailable(self, pycharm_home: str | None) -> dict[str, Reason]:
+        """The HOST_APPS this host cannot run, each with the reason (the admin catalog's)."""
+        missing: dict[str, Reason] = {}
+        if self.code_server is None:
+            missing["vscode"] = R.VSCODE_NOT_INSTALLED()
+        lacking = [name for name in (*DESKTOP_PROGRAMS, "openbox") if shutil.which(name) is None]
+        if not self.novnc_dir or not (Path(self.novnc_dir) / "vnc.html").is_file():
+            lacking.append(f"noVNC ({self.novnc_dir or 'NOVNC_DIR'})")
+        if lacking:
+            missing["desktop"] = missing["pycharm-desktop"] = R.DESKTOP_NOT_INSTALLED(
+                missing=", ".join(lacking)
+            )
+        elif not pycharm_home:
+            missing["pycharm-desktop"] = R.PYCHARM_NOT_CONFIGURED()
+        elif self.pycharm is None:
+            missing["pycharm-desktop"] = R.PYCHARM_NOT_FOUND(path=pycharm_home)
+        return missing
+
+    def _desktop_program(self, spec: WorkloadSpec) -> list[str]:
+        """The program a desktop starts (PyCharm's launcher for pycharm-desktop); refused
+        for good where it is not on this host."""
+        if spec.app == "pycharm-desktop" and self.pycharm is not None:
+            return [self.pycharm, *spec.program]
+        if not spec.program:
+            reason = R.DESKTOP_NEEDS_PROGRAM()
+            raise BackendError(str(reason), reason=reason)
+        path = os.pathsep.join([str(Path(self.python).parent), os.environ.get("PATH", "")])
+        if shutil.which(spec.program[0], path=path) is None:
+            reason = R.APP_NOT_INSTALLED(program=spec.program[0])
+            raise BackendError(str(reason), reason=reason)
+        return list(spec.program)
+
+    def _code_server_command(self, run_dir: Path, socket_path: Path, cwd: Path) -> list[str]:
+        """code-server on a private socket, no password (the socket is the gate), its
+        config and state in the run dir, extensions in the home (they persist)."""
+        if self.code_server is None:
+            reason = R.VSCODE_NOT_INSTALLED()
+            raise BackendError(str(reason), reason=reason)
+        data = run_dir / "data"
+        user = data / "User"
+        user.mkdir(parents=True, exist_ok=True, mode=0o700)
+        settings_file = user / "settings.json"
+        if not settings_file.exists():
+            settings_file.write_text(json.dumps(VSCODE_SETTINGS, indent=1), encoding="utf-8")
+        config = run_dir / "config.yaml"
+        config.write_text("auth: none\n", encoding="utf-8")
+        return [
+            self.code_server, "--config", str(config), "--socket", str(socket_path),
+            "--socket-mode", "600", "--auth", "none", "--disable-telemetry",
+            "--disable-update-check", "--disable-workspace-trust",
+            "--user-data-dir", str(data),
+            "--extensions-dir", str(cwd / ".local" / "share" / "code-server" / "extensions"),
+            str(cwd),
+        ]  # fmt: skip
+
+    @classmethod
+    def _app_dir(cls, workdir: Path, app: str) -> Path:
+        """The workload's private runtime dir for ``app`` (sockets, config, cookies)."""
+        path = cls._run_dir(workdir) / app
+        path.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            (path / "http.sock").unlink()
+        return path
+
     def _working_dir(self, spec: WorkloadSpec, workdir: Path) -> Path:
         cwd = Path(spec.working_dir) if spec.working_dir else workdir / "work"
         cwd.mkdir(parents=True, exist_ok=True)
@@ -781,7 +910,8 @@ class LocalBackend:
         ended = exits[0]
         if ended is None and alive[0]:
             return None
-        name = "JupyterLab" if state.get("token") else str(state["app"]).capitalize()
+        app = str(state["app"])
+        name = "JupyterLab" if state.get("token") else APP_NAMES.get(app, app.capitalize())
         if ended is not None and ended["exit_code"] == 0:
             # Nobody asked for a stop, but nothing went wrong either: it shut itself down.
             reason = R.APP_SHUT_DOWN(app=name)
@@ -832,7 +962,14 @@ class LocalBackend:
 
     def _probe(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """Jupyter's ``api/status`` (with the token) or TensorBoard's page: the body when it
-        answers 200, else None."""
+        answers 200, else None. On a socket: code-server's ``/healthz``, a desktop's RFB
+        greeting."""
+        if state.get("socket"):
+            if state["app"] in DESKTOP_APPS:
+                if state.get("ready"):  # answered once: not asked again (each ask is a client)
+                    return {} if os.path.exists(state["socket"]) else None
+                return {} if _rfb_answers(state["socket"]) else None
+            return _code_server_health(state["socket"])
         base = f"http://127.0.0.1:{state['port']}{state['base_url']}"
         token = state.get("token")
         request = urllib.request.Request(base + "api/status" if token else base)
@@ -1247,3 +1384,71 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _socket_path(path: Path) -> Path:
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        reason = R.SOCKET_PATH_TOO_LONG(path=str(path))
+        raise BackendError(str(reason), reason=reason)
+    return path
+
+
+def _install_root(binary: str | None) -> Path | None:
+    """The npm prefix a code-server binary belongs to (all of it is loaded), else its dir."""
+    if binary is None:
+        return None
+    real = Path(os.path.realpath(binary))
+    parts = real.parts
+    if "node_modules" in parts:
+        return Path(*parts[: parts.index("node_modules")])
+    return real.parent
+
+
+def _pycharm_launcher(home: str | None) -> str | None:
+    if not home:
+        return None
+    for name in PYCHARM_LAUNCHERS:
+        candidate = Path(home) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _pycharm_root(launcher: str | None) -> Path | None:
+    return Path(launcher).parent.parent if launcher else None
+
+
+def _rfb_answers(path: str) -> bool:
+    """The VNC server accepts on its socket and greets with "RFB 003.00x"."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(PROBE_TIMEOUT)
+            probe.connect(path)
+            return probe.recv(12).startswith(b"RFB 003.")
+    except OSError:
+        return False
+
+
+def _code_server_health(path: str) -> dict[str, Any] | None:
+    """code-server's ``/healthz`` over its socket: {} or, after a heartbeat (someone uses it),
+    {"last_activity": ISO time}; None until it answers 200."""
+    connection = http.client.HTTPConnection("localhost", timeout=PROBE_TIMEOUT)
+    try:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(PROBE_TIMEOUT)
+        probe.connect(path)
+        connection.sock = probe
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        body = json.loads(response.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    beat = body.get("lastHeartbeat") if isinstance(body, dict) else None
+    if isinstance(beat, int | float) and beat > 0:
+        at = dt.datetime.fromtimestamp(beat / 1000, tz=dt.UTC)
+        return {"last_activity": at.isoformat()}
+    return {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -46,7 +47,13 @@ def _build(cluster: Cluster) -> Backend:
             sandbox_network=settings.LOCAL_SANDBOX_NETWORK,
             pids_max=settings.LOCAL_SANDBOX_PIDS_MAX,
             cgroup_parent=settings.LOCAL_CGROUP_PARENT or None,
-            readonly_paths=config.get("readonly_paths") or (),
+            readonly_paths=[
+                *(Path(path) for path in settings.LOCAL_READONLY_PATHS),
+                *(Path(path) for path in config.get("readonly_paths") or ()),
+            ],
+            code_server=settings.CODE_SERVER_BIN,
+            novnc_dir=settings.NOVNC_DIR,
+            pycharm_home=settings.PYCHARM_HOME,
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend

@@ -21,10 +21,12 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -266,7 +268,8 @@ def portal(chromium: Browser, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """The real portal on a free port, seeded with the demo university; stopped at the end
     with everything it started. (Asks for ``chromium`` first: no browser, no server.)"""
     started = time.monotonic()
-    data_dir = tmp_path_factory.mktemp("portal")
+    # A short path: apps listen on UNIX sockets under DATA_DIR (at most 107 bytes a path).
+    data_dir = Path(tempfile.mkdtemp(prefix="qb-", dir="/tmp"))
     log = data_dir / "serve.log"
     password = "browser-" + secrets.token_urlsafe(9)
     env = _server_env(data_dir, password)
@@ -314,6 +317,8 @@ def portal(chromium: Browser, tmp_path_factory: pytest.TempPathFactory) -> Itera
             if leftovers:
                 _summary.append(f"ended {len(leftovers)} process(es) left under {data_dir}")
                 _end(leftovers)
+            if not os.environ.get("QUANTA_KEEP_BROWSER_DATA"):
+                shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # -- the browser --------------------------------------------------------------------------------

@@ -93,3 +93,25 @@ def test_the_api_writes_the_catalog_through_the_services(world, catalog, api) ->
     assert api(world.charlie).delete("/api/v1/templates/terminal/").status_code == 403
     assert api(world.root).delete("/api/v1/templates/terminal/").status_code == 204
     assert AuditEvent.objects.get(action="apptemplate.delete").actor == world.root
+
+
+def test_a_desktop_template_names_a_safe_program(world, catalog, api) -> None:
+    desktop = {
+        "name": "Desktop",
+        "slug": "desktop",
+        "kind": "desktop",
+        "image": "pytorch",
+        "default_flavor": "small",
+        "allowed_flavors": ["small"],
+    }
+    for program in ("", "xterm; rm -rf ~", "xterm  -ls", "$(id)", "x" * 201):
+        response = api(world.root).post(
+            "/api/v1/templates/", desktop | {"program": program}, format="json"
+        )
+        assert response.status_code == 400 and "program" in response.json(), program
+    assert not AppTemplate.objects.filter(slug="desktop").exists()
+    response = api(world.root).post(
+        "/api/v1/templates/", desktop | {"program": "xterm -ls"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["program"] == "xterm -ls"

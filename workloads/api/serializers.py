@@ -96,6 +96,7 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
             "allowed_flavors",
             "environment",
             "ports",
+            "program",
             "description",
             "is_active",
         ]

@@ -121,6 +121,7 @@ class Command(BaseCommand):
                     flavor=template.default_flavor,
                     image=template.image.registry_ref,
                     env=dict(template.environment),
+                    program=tuple(template.program.split()),
                 )
             )
         tenant = Tenant.objects.filter(slug="dl-201").first() or Tenant.objects.first()

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from core.reasons import Reason
 from scheduling import reasons as R
 from scheduling.backends.base import (
     BackendError,
@@ -71,6 +72,11 @@ class KubernetesBackend:
         self._kube = kube
         self.now = now
         self.restarts_failed_jobs = config.retries_by == "volcano"
+        # Templates of apps the cluster's images lack are not offered, with the reason.
+        self.unavailable: dict[str, Reason] = {}
+        if not config.pycharm_in_image:
+            self.unavailable["pycharm-desktop"] = R.PYCHARM_NOT_IN_IMAGE()
+            self.apps = manifests.NOTEBOOK_APPS - self.unavailable.keys()
         self._priorities: tuple[float, dict[int, str]] = (0.0, {})
         self._ready: dict[str, float] = {}  # workload id -> when its server was last seen ready
         self._lock = threading.Lock()
@@ -125,7 +131,9 @@ class KubernetesBackend:
         }
         if spec.kind == "notebook":
             base = "/" + spec.base_url.strip("/") + "/" if spec.base_url.strip("/") else "/"
-            state.update(token=token, service=state["name"], base_url=base)
+            if spec.app in manifests.ROOT_SERVED_APPS:
+                base = "/"  # served at the Service's root: the proxy drops /nb/<id>
+            state.update(token=token, service=state["name"], base_url=base, app=spec.app)
         if spec.kind == "serving":
             state.update(service=state["name"])
         return Handle(spec.workload_id, state)

@@ -75,6 +75,9 @@ class KubernetesConfig:
 
     # Notebooks and serving.
     notebook_port: int = 8888
+    # The desktop images start PyCharm (QUANTA_DESKTOP_PROGRAM=pycharm). False: PyCharm
+    # templates are not offered on this cluster, and the admin catalog says why.
+    pycharm_in_image: bool = True
     serving_port: int = 8080
     serving_max_replicas: int = 4
     service_url: str = "http://{service}.{namespace}.svc:{port}"

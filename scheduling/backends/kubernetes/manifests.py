@@ -51,7 +51,11 @@ TOKEN_KEY = "token"
 QUOTA_NAME = "quanta-quota"
 CONTAINER = "main"
 
-NOTEBOOK_APPS = frozenset({"jupyter", "terminal", "tensorboard", "vscode", "pycharm-desktop"})
+NOTEBOOK_APPS = frozenset(
+    {"jupyter", "terminal", "tensorboard", "vscode", "pycharm-desktop", "desktop"}
+)
+# Apps served at "/" of their Service: the portal's proxy drops the /nb/<id> prefix for them.
+ROOT_SERVED_APPS = frozenset({"vscode", "pycharm-desktop", "desktop"})
 DISTRIBUTIONS = ("pytorch", "tensorflow")
 
 
@@ -761,6 +765,8 @@ def _server_container(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
         raise ManifestError(f"the Kubernetes backend cannot run the app {spec.app!r}")
     port = config.notebook_port
     base = "/" + spec.base_url.strip("/") + "/" if spec.base_url.strip("/") else "/"
+    if spec.app in ROOT_SERVED_APPS:
+        base = "/"
     home = config.home_mount_path
     command: list[str] | None
     ready: Manifest
@@ -778,17 +784,25 @@ def _server_container(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
         ]  # fmt: skip
         ready = {"httpGet": {"path": base, "port": "http"}}
     elif spec.app == "vscode":
-        # The proxy strips nothing: code-server serves relative URLs under any prefix. No
-        # password of its own: the portal's proxy (and the NetworkPolicy) are the gate.
+        # Served at "/": the proxy drops the /nb/<id> prefix (code-server's URLs are
+        # relative). No password of its own: the portal's proxy (and the NetworkPolicy) are
+        # the gate.
         command = [
             "code-server", "--bind-addr", f"0.0.0.0:{port}", "--auth", "none",
-            "--disable-telemetry", home,
+            "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", home,
         ]  # fmt: skip
         ready = {"httpGet": {"path": "/healthz", "port": "http"}}
-    else:  # a desktop image serving noVNC: its own entrypoint
+    else:  # a desktop image serving noVNC at "/" (websockify at /websockify): its entrypoint
         command = None
         ready = {"tcpSocket": {"port": "http"}}
     container = _container(spec, config, command=command, resources=spec.resources)
+    if spec.app in ("desktop", "pycharm-desktop"):
+        # The image's entrypoint starts this program in the desktop (PyCharm: the image's own
+        # launcher unless the template names one).
+        program = " ".join(spec.program) or ("pycharm" if spec.app == "pycharm-desktop" else "")
+        if not program:
+            raise ManifestError("the desktop template names no program to start")
+        container["env"].append({"name": "QUANTA_DESKTOP_PROGRAM", "value": program})
     container["env"] += [
         {"name": "QUANTA_BASE_URL", "value": base},
         {"name": "QUANTA_PORT", "value": str(port)},

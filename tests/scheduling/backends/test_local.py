@@ -350,22 +350,7 @@ def test_nodes_describe_this_host_when_nothing_is_configured(tmp_path: Path) -> 
     assert node.gpus == ()
 
 
-# -- apps the local backend does not run -----------------------------------------------------
-
-
-@pytest.mark.parametrize("app", ["vscode", "pycharm-desktop"])
-def test_desktop_apps_are_refused_with_a_sentence_that_names_kubernetes(
-    backend: LocalBackend, app: str
-) -> None:
-    spec = WorkloadSpec(workload_id=str(uuid.uuid4()), kind="notebook", app=app, owner="bob")
-    with pytest.raises(BackendError) as refused:
-        backend.submit(spec)
-    assert str(refused.value) == (
-        f"The local backend cannot run {app}: it needs a container image, "
-        "so run it on the kubernetes backend."
-    )
-    assert not refused.value.transient
-    assert not (backend.root / spec.workload_id / "state.json").exists()
+# -- apps beyond JupyterLab: VS Code and desktops are in test_local_apps.py
 
 
 def test_tensorboard_is_refused_where_it_is_not_installed(backend: LocalBackend) -> None:

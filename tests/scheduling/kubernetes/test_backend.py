@@ -12,6 +12,7 @@ import pytest
 
 from scheduling.backends.base import BackendError, Handle, Phase
 from scheduling.backends.kubernetes import KubernetesBackend, manifests, names, status
+from scheduling.backends.kubernetes.config import KubernetesConfig
 from tests.scheduling.kubernetes.conftest import NAMESPACE, spec, with_gpus
 from tests.scheduling.kubernetes.emulator import ApiServer
 
@@ -260,10 +261,11 @@ def test_an_unknown_workload_is_observed_as_unknown(backend: KubernetesBackend) 
     assert backend.observe([Handle(workload_id)])[workload_id].phase == Phase.UNKNOWN
 
 
+@pytest.mark.parametrize("app", ["jupyter", "vscode", "desktop"])
 def test_a_notebooks_endpoint_is_its_service_once_the_server_is_ready(
-    api: ApiServer, backend: KubernetesBackend
+    api: ApiServer, backend: KubernetesBackend, app: str
 ) -> None:
-    workload = spec("notebook")
+    workload = spec("notebook", app=app, program=("xterm",) if app == "desktop" else ())
     handle = backend.submit(workload)
     assert backend.endpoint(handle) is None
     set_phase(api, handle.state["name"], "Running")
@@ -284,9 +286,9 @@ def test_a_notebooks_endpoint_is_its_service_once_the_server_is_ready(
     api.put(pod)
     endpoint = backend.endpoint(handle)
     assert endpoint is not None
-    assert endpoint.url == (
-        f"http://{handle.state['name']}.{NAMESPACE}.svc:80/nb/{workload.workload_id}/"
-    )
+    # JupyterLab keeps the /nb/<id>/ prefix; VS Code and desktops serve at the Service's root.
+    path = f"/nb/{workload.workload_id}/" if app == "jupyter" else "/"
+    assert endpoint.url == f"http://{handle.state['name']}.{NAMESPACE}.svc:80{path}"
     assert endpoint.headers == {"Authorization": f"token {handle.state['token']}"}
 
 
@@ -399,3 +401,15 @@ def test_cluster_objects_are_written_only_where_they_differ(
     quota = api.get("resourcequotas", NAMESPACE, manifests.QUOTA_NAME)
     assert quota is not None
     assert quota["spec"]["hard"] == {"requests.volcano.sh/vgpu-memory": "512"}
+
+
+def test_pycharm_is_not_offered_where_the_desktop_image_lacks_it(
+    make_backend: Callable[..., KubernetesBackend],
+) -> None:
+    assert make_backend().apps is None  # by default the images run every app
+    without = KubernetesBackend(KubernetesConfig.from_mapping({"pycharm_in_image": False}))
+    assert without.apps is not None and "pycharm-desktop" not in without.apps
+    assert {"jupyter", "vscode", "desktop"} <= without.apps
+    assert str(without.unavailable["pycharm-desktop"]).startswith(
+        "PyCharm is not in this cluster's desktop image"
+    )

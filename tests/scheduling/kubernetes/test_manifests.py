@@ -276,3 +276,30 @@ def test_a_stop_command_terminates_its_job() -> None:
     assert command["action"] == "TerminateJob"
     assert command["target"]["uid"] == "1234" and command["target"]["kind"] == "Job"
     assert command["metadata"]["namespace"] == job["metadata"]["namespace"]
+
+
+def env_of(job: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container(job)["env"]}
+
+
+def test_vscode_is_a_volcano_job_and_service_served_at_the_root_the_proxy_strips_to() -> None:
+    objects = manifests.workload_objects(spec("notebook", app="vscode"), CONFIG, token="t")
+    assert [o["kind"] for o in objects][:2] == ["Job", "Service"]
+    job = objects[0]
+    assert job["apiVersion"].startswith("batch.volcano.sh/")
+    command = container(job)["command"]
+    assert command[0] == "code-server" and "--auth" in command and CONFIG.home_mount_path in command
+    assert container(job)["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert env_of(job)["QUANTA_BASE_URL"] == "/"
+
+
+def test_a_desktop_gets_its_templates_program_and_pycharm_its_own() -> None:
+    job = manifests.notebook_job(spec("notebook", app="desktop", program=("xterm", "-ls")), CONFIG)
+    assert env_of(job)["QUANTA_DESKTOP_PROGRAM"] == "xterm -ls"
+    assert container(job)["readinessProbe"] == {
+        "tcpSocket": {"port": "http"}, "periodSeconds": 2, "failureThreshold": 3,
+    }  # fmt: skip
+    pycharm = manifests.notebook_job(spec("notebook", app="pycharm-desktop"), CONFIG)
+    assert env_of(pycharm)["QUANTA_DESKTOP_PROGRAM"] == "pycharm"
+    with pytest.raises(ManifestError, match="names no program"):
+        manifests.notebook_job(spec("notebook", app="desktop"), CONFIG)

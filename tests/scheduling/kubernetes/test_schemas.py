@@ -45,6 +45,7 @@ def all_manifests() -> list[dict[str, Any]]:
         with_gpus(spec("notebook", app="vscode"), gpu_milli=500, gpu_memory_mib=16384),
         spec("notebook", app="tensorboard"),
         spec("notebook", app="pycharm-desktop"),
+        spec("notebook", app="desktop", program=("xterm",)),
         with_gpus(spec("serving", workers=2), gpus=1),
     ]
     objects: list[dict[str, Any]] = []
