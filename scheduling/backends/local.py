@@ -691,7 +691,8 @@ class LocalBackend:
 
     def _sandbox_enter_prefix(self, state: Mapping[str, Any]) -> list[str]:
         """The argv prefix that runs a new process inside the running workload's sandbox: in
-        its mount and PID namespaces (so Stop ends it with the rest), joined to task 0's
+        its mount, PID, UTS and IPC namespaces (so Stop ends it with the rest, and it sees the
+        sandbox's host name, which X authority entries name), joined to task 0's
         cgroups, in the home, marked with the workload's id. [] without a sandbox, or when
         task 0's sandbox is not running. The caller's environment passes through: give it an
         allow-listed one."""
@@ -708,7 +709,7 @@ class LocalBackend:
             prefix += ["--cgroup", directory]
         return [
             *prefix, "--", shutil.which("nsenter") or "nsenter", f"--target={init}", "--mount",
-            "--pid", f"--wdns={home}", "--", "/usr/bin/env",
+            "--pid", "--uts", "--ipc", f"--wdns={home}", "--", "/usr/bin/env",
             f"{WORKLOAD_ID_VARIABLE}={state['workload_id']}",
             f"QUANTA_ATTEMPT={state.get('attempt', 0)}",
         ]  # fmt: skip

@@ -165,11 +165,19 @@ def test_vscode_serves_the_workbench_on_a_private_socket_with_the_home_as_worksp
 # -- desktops ----------------------------------------------------------------------------------
 
 
-def x_windows(run_dir: Path, display_log: str) -> str:
+def x_windows(backend: LocalBackend, handle: Handle, run_dir: Path, display_log: str) -> str:
+    """The X server's window tree, asked from where the desktop's programs run: inside the
+    workload's sandbox (its X socket is in the sandbox's private /tmp), else on the host."""
     display = display_log.split("on display ", 1)[1].split(",", 1)[0]
     env = dict(os.environ, DISPLAY=display, XAUTHORITY=str(run_dir / "Xauthority"))
+    state = backend._read_state(backend.root / handle.workload_id) or {}
+    prefix = backend._sandbox_enter_prefix(state)
     return subprocess.run(
-        ["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True, timeout=10
+        [*prefix, "xwininfo", "-root", "-tree"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
     ).stdout
 
 
@@ -187,10 +195,10 @@ def test_a_desktop_shows_the_templates_program_on_an_rfb_socket(short_root: Path
     run_dir = Path(endpoint.rfb_socket).parent
     for _ in range(100):
         log = all_logs(backend, handle)
-        if "started xterm" in log and "quanta-test" in x_windows(run_dir, log):
+        if "started xterm" in log and "quanta-test" in x_windows(backend, handle, run_dir, log):
             break
         time.sleep(0.1)
-    assert '"quanta-test"' in x_windows(run_dir, all_logs(backend, handle))
+    assert '"quanta-test"' in x_windows(backend, handle, run_dir, all_logs(backend, handle))
     # The X server refuses a client without the workload's cookie.
     display = log.split("on display ", 1)[1].split(",", 1)[0]
     refused = subprocess.run(
