@@ -1,0 +1,178 @@
+"""Pricing: what a span of an interval costs under the plan versions in force over it.
+
+Pure arithmetic on ``Fraction``: a span is split at the plan versions' boundaries and at the
+off-peak window's, each piece costs (its microseconds / one hour) × the hourly price of what
+the interval holds × the multipliers. Nothing is rounded here except in ``round_amount``, the
+one place money is rounded (to the micro-unit, half to even).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from django.utils import timezone
+
+from billing.models import PricePlan
+
+HOUR = Fraction(3600 * 10**6)  # microseconds
+MICRO = Decimal("0.000001")
+
+
+def round_amount(value: Fraction) -> Decimal:
+    """Money as stored: an exact amount rounded to six places (half to even). The only
+    rounding in billing."""
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(
+        MICRO, rounding=ROUND_HALF_EVEN
+    )
+
+
+class Held(Protocol):
+    """What an interval holds (``UsageInterval`` or a test's stand-in)."""
+
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    gpu_share_milli: int
+    gpu_model: str
+    priority_class: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class Version:
+    """A plan version as exact prices, in force over [start, end) (end None: open)."""
+
+    plan_id: int | None
+    start: dt.datetime
+    end: dt.datetime | None
+    gpu_hour: Fraction
+    gpu_hour_by_model: dict[str, Fraction] = field(default_factory=dict)
+    cpu_core_hour: Fraction = Fraction(0)
+    memory_gib_hour: Fraction = Fraction(0)
+    priority_multipliers: dict[str, Fraction] = field(default_factory=dict)
+    queue_multipliers: dict[str, Fraction] = field(default_factory=dict)
+    offpeak: tuple[dt.time, dt.time] | None = None
+    offpeak_multiplier: Fraction = Fraction(1)
+
+    def hourly(self, held: Held) -> Fraction:
+        """The price of one hour of what ``held`` holds, before multipliers."""
+        gpu = self.gpu_hour_by_model.get(held.gpu_model, self.gpu_hour)
+        return (
+            gpu * Fraction(held.gpus * 1000 + held.gpu_share_milli, 1000)
+            + self.cpu_core_hour * Fraction(held.cpu_milli, 1000)
+            + self.memory_gib_hour * Fraction(held.memory_mib, 1024)
+        )
+
+    def multiplier(self, held: Held) -> Fraction:
+        return self.priority_multipliers.get(
+            held.priority_class, Fraction(1)
+        ) * self.queue_multipliers.get(held.queue, Fraction(1))
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: dt.datetime
+    end: dt.datetime
+    version: Version
+    offpeak: bool
+
+    @property
+    def micros(self) -> int:
+        return (self.end - self.start) // dt.timedelta(microseconds=1)
+
+    def unit_price(self, held: Held) -> Fraction:
+        """Per hour, with the multipliers."""
+        price = self.version.hourly(held) * self.version.multiplier(held)
+        return price * self.version.offpeak_multiplier if self.offpeak else price
+
+    def cost(self, held: Held) -> Fraction:
+        return self.unit_price(held) * self.micros / HOUR
+
+
+def _fraction(value: Any) -> Fraction:
+    return Fraction(str(value))
+
+
+def versions(plans: Iterable[PricePlan]) -> list[Version]:
+    """One cluster's plan rows, in order of ``effective_from``, as versions with their ends."""
+    rows = sorted(plans, key=lambda p: p.effective_from)
+    out = []
+    for i, plan in enumerate(rows):
+        end = rows[i + 1].effective_from if i + 1 < len(rows) else None
+        window = None
+        if plan.offpeak_start is not None and plan.offpeak_end is not None:
+            window = (plan.offpeak_start, plan.offpeak_end)
+        out.append(
+            Version(
+                plan_id=plan.pk,
+                start=plan.effective_from,
+                end=end,
+                gpu_hour=_fraction(plan.gpu_hour),
+                gpu_hour_by_model={k: _fraction(v) for k, v in plan.gpu_hour_by_model.items()},
+                cpu_core_hour=_fraction(plan.cpu_core_hour),
+                memory_gib_hour=_fraction(plan.memory_gib_hour),
+                priority_multipliers={
+                    k: _fraction(v) for k, v in plan.priority_multipliers.items()
+                },
+                queue_multipliers={k: _fraction(v) for k, v in plan.queue_multipliers.items()},
+                offpeak=window,
+                offpeak_multiplier=_fraction(plan.offpeak_multiplier),
+            )
+        )
+    return out
+
+
+def offpeak_spans(
+    window: tuple[dt.time, dt.time], start: dt.datetime, end: dt.datetime, tz: ZoneInfo | Any
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The pieces of [start, end) inside the daily window (local times in ``tz``; a window
+    whose start is after its end runs across midnight)."""
+    begin, finish = window
+    if begin == finish:
+        return []
+    spans = []
+    day = start.astimezone(tz).date() - dt.timedelta(days=1)
+    last = end.astimezone(tz).date()
+    while day <= last:
+        on = dt.datetime.combine(day, begin, tzinfo=tz)
+        off_day = day if finish > begin else day + dt.timedelta(days=1)
+        off = dt.datetime.combine(off_day, finish, tzinfo=tz)
+        lo, hi = max(on, start), min(off, end)
+        if lo < hi:
+            spans.append((lo, hi))
+        day += dt.timedelta(days=1)
+    return spans
+
+
+def segments(
+    plan_versions: Sequence[Version], start: dt.datetime, end: dt.datetime, tz: Any = None
+) -> list[Segment]:
+    """[start, end) cut at the versions' boundaries and the off-peak windows; what lies
+    before the first version is not priced (no segment)."""
+    tz = tz or timezone.get_default_timezone()
+    out: list[Segment] = []
+    for version in plan_versions:
+        lo = max(start, version.start)
+        hi = end if version.end is None else min(end, version.end)
+        if lo >= hi:
+            continue
+        cuts = offpeak_spans(version.offpeak, lo, hi, tz) if version.offpeak else []
+        at = lo
+        for on, off in cuts:
+            if at < on:
+                out.append(Segment(at, on, version, False))
+            out.append(Segment(on, off, version, True))
+            at = off
+        if at < hi:
+            out.append(Segment(at, hi, version, False))
+    return out
+
+
+def cost(held: Held, pieces: Iterable[Segment]) -> Fraction:
+    return sum((s.cost(held) for s in pieces), Fraction(0))
