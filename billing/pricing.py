@@ -1,6 +1,6 @@
 """Pricing: what a span of an interval costs under the plan versions in force over it.
 
-Pure arithmetic on ``Fraction``: a span is split at the plan versions' boundaries and at the
+Pure exact arithmetic (integers over one fixed denominator, ``Fraction`` at the edges): a span is split at the plan versions' boundaries and at the
 off-peak window's, each piece costs (its microseconds / one hour) × the hourly price of what
 the interval holds × the multipliers. Nothing is rounded here except in ``round_amount``, the
 one place money is rounded (to the micro-unit, half to even).
@@ -25,11 +25,13 @@ MICRO = Decimal("0.000001")
 
 
 def round_amount(value: Fraction) -> Decimal:
-    """Money as stored: an exact amount rounded to six places (half to even). The only
-    rounding in billing."""
-    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(
-        MICRO, rounding=ROUND_HALF_EVEN
-    )
+    """Money as stored: an exact amount rounded to six places (half to even), in integers
+    (no Decimal context can round it twice). The only rounding in billing."""
+    units, rest = divmod(value.numerator * 10**6, value.denominator)
+    twice = 2 * rest
+    if twice > value.denominator or (twice == value.denominator and units % 2):
+        units += 1
+    return Decimal(units).scaleb(-6).quantize(MICRO)
 
 
 class Held(Protocol):
@@ -44,35 +46,52 @@ class Held(Protocol):
     queue: str
 
 
+# Exact integer arithmetic with one fixed denominator (fast, and no rounding): prices and
+# multipliers have four decimals (units of 1e-4), quantities are counted in 1/1,024,000 of a
+# GPU, a core or a GiB (GPUs and cores in thousandths, memory in MiB), time in microseconds.
+P4 = 10**4
+QUANTITY = 1_024_000
+DENOMINATOR = P4 * QUANTITY * P4**3 * 3_600_000_000  # price × quantity × 3 multipliers × µs/h
+
+
+def _units(value: Any) -> int:
+    """A price or multiplier (four decimals at most) in units of 1e-4."""
+    return int(Decimal(str(value)).scaleb(4).to_integral_exact())
+
+
 @dataclass(frozen=True)
 class Version:
-    """A plan version as exact prices, in force over [start, end) (end None: open)."""
+    """A plan version as exact prices (units of 1e-4), in force over [start, end) (end
+    None: open)."""
 
     plan_id: int | None
     start: dt.datetime
     end: dt.datetime | None
-    gpu_hour: Fraction
-    gpu_hour_by_model: dict[str, Fraction] = field(default_factory=dict)
-    cpu_core_hour: Fraction = Fraction(0)
-    memory_gib_hour: Fraction = Fraction(0)
-    priority_multipliers: dict[str, Fraction] = field(default_factory=dict)
-    queue_multipliers: dict[str, Fraction] = field(default_factory=dict)
+    gpu_hour: int
+    gpu_hour_by_model: dict[str, int] = field(default_factory=dict)
+    cpu_core_hour: int = 0
+    memory_gib_hour: int = 0
+    priority_multipliers: dict[str, int] = field(default_factory=dict)
+    queue_multipliers: dict[str, int] = field(default_factory=dict)
     offpeak: tuple[dt.time, dt.time] | None = None
-    offpeak_multiplier: Fraction = Fraction(1)
+    offpeak_multiplier: int = P4
 
-    def hourly(self, held: Held) -> Fraction:
-        """The price of one hour of what ``held`` holds, before multipliers."""
+    def hourly(self, held: Held) -> int:
+        """One hour of what ``held`` holds, before multipliers, in 1e-4 / QUANTITY."""
         gpu = self.gpu_hour_by_model.get(held.gpu_model, self.gpu_hour)
         return (
-            gpu * Fraction(held.gpus * 1000 + held.gpu_share_milli, 1000)
-            + self.cpu_core_hour * Fraction(held.cpu_milli, 1000)
-            + self.memory_gib_hour * Fraction(held.memory_mib, 1024)
+            gpu * (held.gpus * 1000 + held.gpu_share_milli) * 1024
+            + self.cpu_core_hour * held.cpu_milli * 1024
+            + self.memory_gib_hour * held.memory_mib * 1000
         )
 
-    def multiplier(self, held: Held) -> Fraction:
-        return self.priority_multipliers.get(
-            held.priority_class, Fraction(1)
-        ) * self.queue_multipliers.get(held.queue, Fraction(1))
+    def multiplier(self, held: Held, offpeak: bool) -> int:
+        """The three multipliers' product, in units of 1e-12."""
+        return (
+            self.priority_multipliers.get(held.priority_class, P4)
+            * self.queue_multipliers.get(held.queue, P4)
+            * (self.offpeak_multiplier if offpeak else P4)
+        )
 
 
 @dataclass(frozen=True)
@@ -86,17 +105,17 @@ class Segment:
     def micros(self) -> int:
         return (self.end - self.start) // dt.timedelta(microseconds=1)
 
+    def numerator(self, held: Held) -> int:
+        """The cost over DENOMINATOR."""
+        return self.version.hourly(held) * self.version.multiplier(held, self.offpeak) * self.micros
+
     def unit_price(self, held: Held) -> Fraction:
         """Per hour, with the multipliers."""
-        price = self.version.hourly(held) * self.version.multiplier(held)
-        return price * self.version.offpeak_multiplier if self.offpeak else price
+        scaled = self.version.hourly(held) * self.version.multiplier(held, self.offpeak)
+        return Fraction(scaled, P4 * QUANTITY * P4**3)
 
     def cost(self, held: Held) -> Fraction:
-        return self.unit_price(held) * self.micros / HOUR
-
-
-def _fraction(value: Any) -> Fraction:
-    return Fraction(str(value))
+        return Fraction(self.numerator(held), DENOMINATOR)
 
 
 def versions(plans: Iterable[PricePlan]) -> list[Version]:
@@ -113,16 +132,14 @@ def versions(plans: Iterable[PricePlan]) -> list[Version]:
                 plan_id=plan.pk,
                 start=plan.effective_from,
                 end=end,
-                gpu_hour=_fraction(plan.gpu_hour),
-                gpu_hour_by_model={k: _fraction(v) for k, v in plan.gpu_hour_by_model.items()},
-                cpu_core_hour=_fraction(plan.cpu_core_hour),
-                memory_gib_hour=_fraction(plan.memory_gib_hour),
-                priority_multipliers={
-                    k: _fraction(v) for k, v in plan.priority_multipliers.items()
-                },
-                queue_multipliers={k: _fraction(v) for k, v in plan.queue_multipliers.items()},
+                gpu_hour=_units(plan.gpu_hour),
+                gpu_hour_by_model={k: _units(v) for k, v in plan.gpu_hour_by_model.items()},
+                cpu_core_hour=_units(plan.cpu_core_hour),
+                memory_gib_hour=_units(plan.memory_gib_hour),
+                priority_multipliers={k: _units(v) for k, v in plan.priority_multipliers.items()},
+                queue_multipliers={k: _units(v) for k, v in plan.queue_multipliers.items()},
                 offpeak=window,
-                offpeak_multiplier=_fraction(plan.offpeak_multiplier),
+                offpeak_multiplier=_units(plan.offpeak_multiplier) if window else P4,
             )
         )
     return out
@@ -175,4 +192,4 @@ def segments(
 
 
 def cost(held: Held, pieces: Iterable[Segment]) -> Fraction:
-    return sum((s.cost(held) for s in pieces), Fraction(0))
+    return Fraction(sum(s.numerator(held) for s in pieces), DENOMINATOR)
