@@ -20,18 +20,24 @@ from django.utils import timezone
 
 from billing.models import PricePlan
 
-HOUR = Fraction(3600 * 10**6)  # microseconds
+HOUR_MICROS = 3600 * 10**6
 MICRO = Decimal("0.000001")
 
 
 def round_amount(value: Fraction) -> Decimal:
-    """Money as stored: an exact amount rounded to six places (half to even), in integers
-    (no Decimal context can round it twice). The only rounding in billing."""
-    units, rest = divmod(value.numerator * 10**6, value.denominator)
+    """Money as stored: an exact amount rounded to six places (half to even). The only
+    rounding in billing."""
+    return round_ratio(value.numerator, value.denominator)
+
+
+def round_ratio(numerator: int, denominator: int) -> Decimal:
+    """``numerator / denominator`` to six places, half to even, in integers (no Decimal
+    context can round it twice)."""
+    units, rest = divmod(numerator * 10**6, denominator)
     twice = 2 * rest
-    if twice > value.denominator or (twice == value.denominator and units % 2):
+    if twice > denominator or (twice == denominator and units % 2):
         units += 1
-    return Decimal(units).scaleb(-6).quantize(MICRO)
+    return Decimal(units).scaleb(-6)
 
 
 class Held(Protocol):
@@ -109,10 +115,15 @@ class Segment:
         """The cost over DENOMINATOR."""
         return self.version.hourly(held) * self.version.multiplier(held, self.offpeak) * self.micros
 
-    def unit_price(self, held: Held) -> Fraction:
-        """Per hour, with the multipliers."""
+    def unit_price(self, held: Held) -> Decimal:
+        """Per hour, with the multipliers (to six places: for statements, not for sums)."""
         scaled = self.version.hourly(held) * self.version.multiplier(held, self.offpeak)
-        return Fraction(scaled, P4 * QUANTITY * P4**3)
+        return round_ratio(scaled, P4 * QUANTITY * P4**3)
+
+    @property
+    def hours(self) -> Decimal:
+        """To six places: for statements, not for sums."""
+        return round_ratio(self.micros, HOUR_MICROS)
 
     def cost(self, held: Held) -> Fraction:
         return Fraction(self.numerator(held), DENOMINATOR)
@@ -192,4 +203,9 @@ def segments(
 
 
 def cost(held: Held, pieces: Iterable[Segment]) -> Fraction:
-    return Fraction(sum(s.numerator(held) for s in pieces), DENOMINATOR)
+    return Fraction(cost_numerator(held, pieces), DENOMINATOR)
+
+
+def cost_numerator(held: Held, pieces: Iterable[Segment]) -> int:
+    """The exact cost over ``DENOMINATOR``."""
+    return sum(s.numerator(held) for s in pieces)

@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -313,9 +312,8 @@ def _settle_rows(
         until = now if row.ended_at is None else min(row.ended_at, now)
         until = max(until, row.started_at)
         versions = plans[row.cluster_id]
-        total = pricing.round_amount(
-            pricing.cost(row, pricing.segments(versions, row.started_at, until, tz))
-        )
+        pieces = pricing.segments(versions, row.started_at, until, tz)
+        total = pricing.round_ratio(pricing.cost_numerator(row, pieces), pricing.DENOMINATOR)
         amount = total - row.charged
         if amount:
             entries.append(_entry(row, amount, versions, until, tz))
@@ -368,8 +366,7 @@ def _entry(
     adjustment when the interval ended before the span already charged)."""
     start, end = (row.settled_until, until) if until >= row.settled_until else (until, until)
     pieces = pricing.segments(versions, start, end, tz)
-    micros = sum(p.micros for p in pieces)
-    hours = pricing.round_amount(Fraction(micros) / pricing.HOUR)
+    hours = pricing.round_ratio(sum(p.micros for p in pieces), pricing.HOUR_MICROS)
     size = row.flavor_name or "-"
     description = f"{row.workload_name} ({row.owner_name}), {size}, {hours.normalize():f} h"
     if until < row.settled_until:
@@ -395,8 +392,8 @@ def _entry(
                 {
                     "from": p.start.isoformat(),
                     "to": p.end.isoformat(),
-                    "hours": str(pricing.round_amount(Fraction(p.micros) / pricing.HOUR)),
-                    "unit_price": str(pricing.round_amount(p.unit_price(row))),
+                    "hours": str(p.hours),
+                    "unit_price": str(p.unit_price(row)),
                     "offpeak": p.offpeak,
                     "plan": p.version.plan_id,
                 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import random
+from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -178,36 +179,49 @@ N = int(__import__("os").environ.get("BILL_N", "10000"))
 LOW, RESEARCH = Fraction("0.5"), Fraction("1.25")
 
 
+PRICES = [
+    {k: Fraction(v[k]) for k in ("default", "A100", "cpu", "mem")}
+    | {"off": (v["off"][0], v["off"][1], Fraction(v["off"][2])) if v["off"] else None}
+    for v in VERSIONS
+]
+STARTS = [int(v["at"] * 3600) for v in VERSIONS]
+
+
 def expected_cost(start: int, end: int, held: dict[str, Any]) -> Fraction:
-    """An independent price: seconds since T0, cut at every version start and every hour
-    (the windows start and end on the hour), each piece priced by the version it is in."""
-    starts = [int(v["at"] * 3600) for v in VERSIONS]
-    cuts = sorted({start, end, *(s for s in starts if start < s < end)} | set(
-        range((start // 3600 + 1) * 3600, end, 3600)
-    ))
-    cost = Fraction(0)
+    """An independent price: seconds since T0 cut at every version start and every hour (the
+    windows start and end on the hour); the seconds of each (version, off-peak or not)
+    summed, then priced in Fractions."""
+    cuts = sorted(
+        {start, end, *(s for s in STARTS if start < s < end)}
+        | set(range((start // 3600 + 1) * 3600, end, 3600))
+    )
+    seconds: dict[tuple[int, bool], int] = defaultdict(int)
     for lo, hi in zip(cuts, cuts[1:], strict=False):
-        i = bisect.bisect_right(starts, lo) - 1
+        i = bisect.bisect_right(STARTS, lo) - 1
         if i < 0:
             continue
-        v = VERSIONS[i]
-        gpu = Fraction(v["A100"] if held["gpu_model"] == "A100" else v["default"])
+        off = PRICES[i]["off"]
+        hour = (lo // 3600 + 12) % 24  # T0 is noon
+        inside = bool(off) and (
+            off[0] <= hour < off[1] if off[0] < off[1] else hour >= off[0] or hour < off[1]
+        )
+        seconds[(i, inside)] += hi - lo
+    cost = Fraction(0)
+    for (i, inside), n in seconds.items():
+        v = PRICES[i]
+        gpu = v["A100"] if held["gpu_model"] == "A100" else v["default"]
         rate = (
             gpu * Fraction(held["gpus"] * 1000 + held["gpu_share_milli"], 1000)
-            + Fraction(v["cpu"]) * Fraction(held["cpu_milli"], 1000)
-            + Fraction(v["mem"]) * Fraction(held["memory_mib"], 1024)
+            + v["cpu"] * Fraction(held["cpu_milli"], 1000)
+            + v["mem"] * Fraction(held["memory_mib"], 1024)
         )
         if held["priority_class"] == "low":
             rate *= LOW
         if held["queue"] == "research":
             rate *= RESEARCH
-        hour = (lo // 3600 + 12) % 24  # T0 is noon
-        if v["off"]:
-            a, b, mult = v["off"]
-            inside = a <= hour < b if a < b else hour >= a or hour < b
-            if inside:
-                rate *= Fraction(mult)
-        cost += rate * Fraction(hi - lo, 3600)
+        if inside:
+            rate *= v["off"][2]
+        cost += rate * Fraction(n, 3600)
     return cost
 
 
