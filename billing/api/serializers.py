@@ -105,7 +105,7 @@ class AccountSerializer(serializers.ModelSerializer[Account]):
         help_text="What the account owes: the sum of its entries, to the cent.",
     )
     total_exact = serializers.DecimalField(max_digits=18, decimal_places=6, read_only=True)
-    entries = serializers.IntegerField(read_only=True)
+    entries = serializers.IntegerField(source="entry_count", read_only=True)
 
     class Meta:
         model = Account

@@ -95,7 +95,7 @@ class AccountViewSet(viewsets.ReadOnlyModelViewSet[Account]):
         return (
             Account.objects.filter(visible_accounts(self.request.user))
             .select_related("tenant", "user")
-            .annotate(total_exact=Coalesce(Sum("entries__amount"), zero), entries=Count("entries"))
+            .annotate(total_exact=Coalesce(Sum("entries__amount"), zero), entry_count=Count("entries"))
             .order_by("pk")
         )
 
