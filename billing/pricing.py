@@ -9,6 +9,7 @@ one place money is rounded (to the micro-unit, half to even).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -168,14 +169,32 @@ def offpeak_spans(
     day = start.astimezone(tz).date() - dt.timedelta(days=1)
     last = end.astimezone(tz).date()
     while day <= last:
-        on = dt.datetime.combine(day, begin, tzinfo=tz)
-        off_day = day if finish > begin else day + dt.timedelta(days=1)
-        off = dt.datetime.combine(off_day, finish, tzinfo=tz)
+        on, off = _window_on(day, begin, finish, tz)
         lo, hi = max(on, start), min(off, end)
         if lo < hi:
             spans.append((lo, hi))
         day += dt.timedelta(days=1)
     return spans
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_on(
+    day: dt.date, begin: dt.time, finish: dt.time, tz: Any
+) -> tuple[dt.datetime, dt.datetime]:
+    """The window that opens on local ``day`` (its end on the next day across midnight)."""
+    on = dt.datetime.combine(day, begin, tzinfo=tz)
+    off_day = day if finish > begin else day + dt.timedelta(days=1)
+    return on, dt.datetime.combine(off_day, finish, tzinfo=tz)
+
+
+def clip(pieces: Iterable[Segment], start: dt.datetime, end: dt.datetime) -> list[Segment]:
+    """The parts of ``pieces`` within [start, end)."""
+    out = []
+    for p in pieces:
+        lo, hi = max(p.start, start), min(p.end, end)
+        if lo < hi:
+            out.append(p if (lo, hi) == (p.start, p.end) else Segment(lo, hi, p.version, p.offpeak))
+    return out
 
 
 def segments(
