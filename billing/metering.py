@@ -85,30 +85,33 @@ def held(workload: Workload) -> dict[str, Any]:
 
 def _priority_name(workload: Workload) -> str:
     grant = workload.grant
-    if grant is not None and grant.priority_class and grant.priority_class.value == workload.priority:
+    if (
+        grant is not None
+        and grant.priority_class
+        and grant.priority_class.value == workload.priority
+    ):
         return grant.priority_class.name
     if not workload.priority:
         return ""
     return (
-        PriorityClass.objects.filter(value=workload.priority)
-        .values_list("name", flat=True)
-        .first()
+        PriorityClass.objects.filter(value=workload.priority).values_list("name", flat=True).first()
         or ""
     )
 
 
 def open_interval(workload: Workload, at: dt.datetime) -> UsageInterval | None:
     """The interval of a stretch of holding that starts at ``at`` (none if one is open)."""
-    workload = (
+    fresh = (
         Workload.objects.select_related(
             "flavor", "cluster", "tenant", "owner", "grant__priority_class"
         )
         .filter(pk=workload.pk)
         .first()
     )
-    if workload is None or UsageInterval.objects.filter(
-        workload=workload, ended_at__isnull=True
-    ).exists():
+    if fresh is None:
+        return None
+    workload = fresh
+    if UsageInterval.objects.filter(workload=workload, ended_at__isnull=True).exists():
         return None
     try:
         with transaction.atomic():
@@ -142,9 +145,7 @@ def sync_intervals(now: dt.datetime | None = None) -> dict[str, int]:
     longer holds resources (at its end), open one for work that holds without one."""
     now = now or timezone.now()
     closed = 0
-    stale = UsageInterval.objects.filter(ended_at__isnull=True).exclude(
-        workload__state__in=HOLDING
-    )
+    stale = UsageInterval.objects.filter(ended_at__isnull=True).exclude(workload__state__in=HOLDING)
     for interval in stale.select_related("workload"):
         ended = interval.workload.finished_at if interval.workload else None
         end = max(interval.started_at, ended or now)

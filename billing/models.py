@@ -19,10 +19,6 @@ from django.db.models import Q
 
 from billing.choices import EntryKind
 
-PRICE = {"max_digits": 12, "decimal_places": 4}
-MONEY = {"max_digits": 18, "decimal_places": 6}
-MULTIPLIER = {"max_digits": 8, "decimal_places": 4}
-
 
 class PricePlan(models.Model):
     """One version of a cluster's prices, in force from ``effective_from`` until the next
@@ -35,17 +31,21 @@ class PricePlan(models.Model):
     effective_from = models.DateTimeField()
     # Per hour of one whole GPU, by model; a share pays its fraction (the share admission
     # charged: the larger of its compute and memory share).
-    gpu_hour = models.DecimalField(**PRICE, default=Decimal(0), help_text="Unlisted models.")
+    gpu_hour = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal(0), help_text="Unlisted models."
+    )
     gpu_hour_by_model = models.JSONField(default=dict, blank=True)  # {"A100": "2.5000"}
-    cpu_core_hour = models.DecimalField(**PRICE, default=Decimal(0))
-    memory_gib_hour = models.DecimalField(**PRICE, default=Decimal(0))
-    storage_gib_month = models.DecimalField(**PRICE, default=Decimal(0))  # not metered yet
+    cpu_core_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
+    memory_gib_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
+    storage_gib_month = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal(0)
+    )  # not metered yet
     priority_multipliers = models.JSONField(default=dict, blank=True)  # {"preemptible": "0.5"}
     queue_multipliers = models.JSONField(default=dict, blank=True)  # {"research": "1.2"}
     # A daily window in the portal's time zone (start > end: across midnight); empty: none.
     offpeak_start = models.TimeField(null=True, blank=True)
     offpeak_end = models.TimeField(null=True, blank=True)
-    offpeak_multiplier = models.DecimalField(**MULTIPLIER, default=Decimal(1))
+    offpeak_multiplier = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal(1))
     note = models.CharField(max_length=200, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -90,7 +90,7 @@ class Account(models.Model):
         ]
 
     def __str__(self) -> str:
-        return str(self.tenant.name if self.tenant_id else self.user)
+        return self.tenant.name if self.tenant is not None else str(self.user)
 
     @property
     def name(self) -> str:
@@ -120,7 +120,7 @@ class UsageInterval(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     settled_until = models.DateTimeField()
-    charged = models.DecimalField(**MONEY, default=Decimal(0))
+    charged = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
     is_settled = models.BooleanField(default=False)  # closed and charged to its end
     # The resources held, in all (all workers): snapshotted when the interval opens.
     workers = models.PositiveSmallIntegerField(default=1)
@@ -174,7 +174,7 @@ class LedgerEntry(models.Model):
 
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
     kind = models.CharField(max_length=12, choices=EntryKind.choices, default=EntryKind.CHARGE)
-    amount = models.DecimalField(**MONEY)
+    amount = models.DecimalField(max_digits=18, decimal_places=6)
     interval = models.ForeignKey(
         UsageInterval, null=True, blank=True, on_delete=models.PROTECT, related_name="entries"
     )

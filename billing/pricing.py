@@ -1,9 +1,10 @@
 """Pricing: what a span of an interval costs under the plan versions in force over it.
 
-Pure exact arithmetic (integers over one fixed denominator, ``Fraction`` at the edges): a span is split at the plan versions' boundaries and at the
-off-peak window's, each piece costs (its microseconds / one hour) × the hourly price of what
-the interval holds × the multipliers. Nothing is rounded here except in ``round_amount``, the
-one place money is rounded (to the micro-unit, half to even).
+Exact arithmetic (integers over one fixed denominator, ``Fraction`` at the edges): a span is
+split at the plan versions' boundaries and at the off-peak window's, each piece costs (its
+microseconds / one hour) × the hourly price of what the interval holds × the multipliers.
+Nothing is rounded here except in ``round_ratio``, the one place money is rounded (to the
+micro-unit, half to even).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import datetime as dt
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo

@@ -399,23 +399,30 @@ ENTRY_COLUMNS = (
 
 
 def _insert_entries(entries: Sequence[dict[str, Any]]) -> None:
-    """The entries in one ``executemany`` (Django's bulk_create compiles every value of every
-    row; at 100,000 a tick that was most of the tick)."""
+    """The entries in multi-row INSERTs of up to 1,000 rows (Django's bulk_create compiles
+    every value of every row, and an executemany is a round trip per row on PostgreSQL: at
+    100,000 a tick either was most of the tick)."""
     if not entries:
         return
     meta = LedgerEntry._meta
-    fields = [meta.get_field(c.removesuffix("_id")) for c in ENTRY_COLUMNS]
+    fields: list[Any] = [meta.get_field(c.removesuffix("_id")) for c in ENTRY_COLUMNS]
     columns = ", ".join(f'"{f.column}"' for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
-    params = [
-        [f.get_db_prep_save(entry[c], connection) for f, c in zip(fields, ENTRY_COLUMNS, strict=True)]
-        for entry in entries
-    ]
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    limit = connection.features.max_query_params or 65535
+    chunk = max(1, min(1000, limit // len(fields)))
     with connection.cursor() as cursor:
-        cursor.executemany(
-            f'INSERT INTO "{meta.db_table}" ({columns}) VALUES ({marks})',  # noqa: S608
-            params,
-        )
+        for start in range(0, len(entries), chunk):
+            part = entries[start : start + chunk]
+            params = [
+                f.get_db_prep_save(entry[c], connection)
+                for entry in part
+                for f, c in zip(fields, ENTRY_COLUMNS, strict=True)
+            ]
+            cursor.execute(
+                f'INSERT INTO "{meta.db_table}" ({columns}) '
+                f"VALUES {', '.join([row_sql] * len(part))}",
+                params,
+            )
 
 
 def _write_watermarks(rows: Sequence[_Row]) -> None:
@@ -423,7 +430,8 @@ def _write_watermarks(rows: Sequence[_Row]) -> None:
     ``UPDATE … FROM (VALUES …)`` per chunk (PostgreSQL, and SQLite from 3.33), not Django's
     ``bulk_update``, whose CASE per row grows with the square of the chunk."""
     table = UsageInterval._meta.db_table
-    fields = [UsageInterval._meta.get_field(n) for n in ("settled_until", "charged", "is_settled")]
+    names = ("settled_until", "charged", "is_settled")
+    fields: list[Any] = [UsageInterval._meta.get_field(n) for n in names]
     limit = connection.features.max_query_params or 4000
     chunk = max(1, min(1000, limit // 4))
     postgres = connection.vendor == "postgresql"
@@ -439,7 +447,7 @@ def _write_watermarks(rows: Sequence[_Row]) -> None:
                     params.append(field.get_db_prep_save(getattr(row, field.attname), connection))
             values = ", ".join([row_sql] * len(part))
             cursor.execute(
-                f"WITH v(id, s, c, d) AS (VALUES {values}) "  # noqa: S608 (no user input)
+                f"WITH v(id, s, c, d) AS (VALUES {values}) "
                 f'UPDATE "{table}" SET settled_until = v.s, charged = v.c, is_settled = v.d '
                 f'FROM v WHERE "{table}".id = v.id',
                 params,

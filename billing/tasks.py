@@ -14,4 +14,9 @@ from billing import metering, services
 def settle() -> dict[str, Any]:
     repaired = metering.sync_intervals()
     done = services.settle()
-    return {**repaired, "intervals": done.intervals, "entries": done.entries, "amount": str(done.amount)}
+    return {
+        **repaired,
+        "intervals": done.intervals,
+        "entries": done.entries,
+        "amount": str(done.amount),
+    }

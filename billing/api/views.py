@@ -52,7 +52,10 @@ def visible_accounts(user: Any) -> Q:
 
 
 class PricePlanViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Price plan versions of the clusters you may use; a new version (superusers) takes
     effect from its ``effective_from``, now or later, and never changes the past."""
@@ -95,7 +98,9 @@ class AccountViewSet(viewsets.ReadOnlyModelViewSet[Account]):
         return (
             Account.objects.filter(visible_accounts(self.request.user))
             .select_related("tenant", "user")
-            .annotate(total_exact=Coalesce(Sum("entries__amount"), zero), entry_count=Count("entries"))
+            .annotate(
+                total_exact=Coalesce(Sum("entries__amount"), zero), entry_count=Count("entries")
+            )
             .order_by("pk")
         )
 
@@ -113,9 +118,7 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
         mine = Q(account__in=Account.objects.filter(visible_accounts(user))) | Q(
             interval__owner_id=user.pk
         )
-        return (
-            LedgerEntry.objects.filter(mine).select_related("interval", "actor").order_by("pk")
-        )
+        return LedgerEntry.objects.filter(mine).select_related("interval", "actor").order_by("pk")
 
     @extend_schema(request=s.CorrectionSerializer, responses={201: s.LedgerEntrySerializer})
     @action(detail=True, methods=["post"])

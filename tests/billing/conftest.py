@@ -22,7 +22,7 @@ def plan(cluster: Any, start: dt.datetime = T0 - dt.timedelta(days=30), **prices
 
 
 @pytest.fixture
-def priced(catalog: Any) -> PricePlan:
+def priced(catalog: Any) -> PricePlan:  # noqa: F811 (the imported fixture)
     """The lab's prices: A100 3.00/h, other GPUs 2.00/h, CPU core 0.10/h, GiB 0.01/h."""
     return plan(
         catalog.cluster,

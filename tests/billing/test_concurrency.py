@@ -42,7 +42,7 @@ def test_two_settlements_at_once_charge_each_interval_once(world, catalog, price
         try:
             start.wait()
             services.settle(T0 + dt.timedelta(hours=2), batch_size=100)
-        except BaseException as exc:  # noqa: BLE001 (reported below)
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 import random
 from collections import defaultdict
 from decimal import Decimal
@@ -172,7 +173,14 @@ def test_ledger_entries_are_never_changed_and_corrections_are_new_entries(
 VERSIONS: list[dict[str, Any]] = [
     # start offset (hours from T0), prices; off-peak (start h, end h, multiplier) or None
     {"at": -720, "default": "2", "A100": "3", "cpu": "0.1", "mem": "0.01", "off": (0, 7, "0")},
-    {"at": 30.5, "default": "2.2", "A100": "3.5", "cpu": "0.12", "mem": "0.01", "off": (22, 6, "0.5")},
+    {
+        "at": 30.5,
+        "default": "2.2",
+        "A100": "3.5",
+        "cpu": "0.12",
+        "mem": "0.01",
+        "off": (22, 6, "0.5"),
+    },
     {"at": 63, "default": "2.25", "A100": "4", "cpu": "0.0999", "mem": "0.0125", "off": None},
 ]
 N = int(__import__("os").environ.get("BILL_N", "10000"))
@@ -196,7 +204,7 @@ def expected_cost(start: int, end: int, held: dict[str, Any]) -> Fraction:
         | set(range((start // 3600 + 1) * 3600, end, 3600))
     )
     seconds: dict[tuple[int, bool], int] = defaultdict(int)
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in itertools.pairwise(cuts):
         i = bisect.bisect_right(STARTS, lo) - 1
         if i < 0:
             continue

@@ -6,32 +6,58 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0001_initial'),
-        ('workloads', '0004_flavor_gpus_max'),
+        ("tenants", "0001_initial"),
+        ("workloads", "0004_flavor_gpus_max"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='grant',
-            name='payer',
-            field=models.CharField(choices=[('class', 'The class or project of the grant'), ('tenant', 'A project or group the teacher manages'), ('person', 'The person who launches')], default='class', max_length=10),
+            model_name="grant",
+            name="payer",
+            field=models.CharField(
+                choices=[
+                    ("class", "The class or project of the grant"),
+                    ("tenant", "A project or group the teacher manages"),
+                    ("person", "The person who launches"),
+                ],
+                default="class",
+                max_length=10,
+            ),
         ),
         migrations.AddField(
-            model_name='grant',
-            name='payer_tenant',
-            field=models.ForeignKey(blank=True, help_text="With payer 'tenant': the project or group that pays.", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.tenant'),
+            model_name="grant",
+            name="payer_tenant",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="With payer 'tenant': the project or group that pays.",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="tenants.tenant",
+            ),
         ),
         migrations.AddField(
-            model_name='workload',
-            name='payer_tenant',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenants.tenant'),
+            model_name="workload",
+            name="payer_tenant",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="tenants.tenant",
+            ),
         ),
         migrations.AddField(
-            model_name='workload',
-            name='payer_user',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="workload",
+            name="payer_user",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
     ]
