@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("tenants.api.urls")),
     path("", include("workloads.api.urls")),
     path("", include("scheduling.api.urls")),
+    path("billing/", include("billing.api.urls")),
     path("", include((api_router.urls, "portal-api"))),
 ]
 

@@ -17,6 +17,14 @@ class WorkloadKind(models.TextChoices):
     SERVING = "serving", _("Model serving")
 
 
+class PayerKind(models.TextChoices):
+    """Who pays for the work launched from a grant (``workloads.payer``)."""
+
+    CLASS = "class", _("The class or project of the grant")
+    TENANT = "tenant", _("A project or group the teacher manages")
+    PERSON = "person", _("The person who launches")
+
+
 class State(models.TextChoices):
     PENDING = "Pending", _("Pending")
     QUEUED = "Queued", _("Queued")

@@ -22,6 +22,7 @@ from tenants.choices import TenantKind
 from tenants.models import Tenant
 from tenants.permissions import Access
 from workloads import windows as weekly
+from workloads.choices import PayerKind
 from workloads.models import AppTemplate, Flavor, Grant
 
 # Grants go to classes and projects: a department or a school grants nothing itself.
@@ -37,6 +38,8 @@ GRANT_FIELDS = (
     "max_extensions",
     "windows",
     "expires_on",
+    "payer",
+    "payer_tenant",
 )
 
 
@@ -65,6 +68,12 @@ def _check_fields(grant: Grant | None, changes: dict[str, Any]) -> dict[str, Any
     tenant = changes.get("tenant")
     if tenant is not None and tenant.kind not in GRANTEE_KINDS:
         raise ValidationError({"tenant": _("grant to a class or a project")})
+    payer = changes.get("payer", getattr(grant, "payer", PayerKind.CLASS))
+    if "payer" in changes and payer not in PayerKind.values:
+        raise ValidationError({"payer": _("choose class, tenant or person")})
+    payer_tenant = changes.get("payer_tenant", getattr(grant, "payer_tenant", None))
+    if payer == PayerKind.TENANT and payer_tenant is None:
+        raise ValidationError({"payer_tenant": _("name the project or group that pays")})
     for name in ("member_limit", "max_duration_minutes"):
         if name in changes and changes[name] < 1:
             raise ValidationError({name: _("must be at least 1")})
@@ -77,6 +86,15 @@ def _check_manages(actor: Any, tenant: Tenant) -> None:
         raise ValidationError({"tenant": _("no class %(slug)r") % {"slug": tenant.slug}})
     if not access.can_manage(tenant):
         raise PermissionDenied(_("You do not manage %(name)s.") % {"name": tenant.name})
+
+
+def _check_payer(actor: Any, changes: dict[str, Any]) -> None:
+    """A grant may bill another project or group only one its teacher manages."""
+    tenant = changes.get("payer_tenant")
+    if tenant is not None and not Access.of(actor).can_manage(tenant):
+        raise ValidationError(
+            {"payer_tenant": _("you do not manage %(slug)r") % {"slug": tenant.slug}}
+        )
 
 
 def _check_priority(actor: Any, tenant: Tenant, changes: dict[str, Any]) -> None:
@@ -101,6 +119,7 @@ def create_grant(
     )
     _check_manages(actor, tenant)
     _check_priority(actor, tenant, fields)
+    _check_payer(actor, fields)
     flavors = fields.pop("flavors")
     grant = Grant.objects.create(created_by=actor, **fields)
     grant.flavors.set(flavors)
@@ -123,6 +142,7 @@ def update_grant(*, actor: Any, grant: Grant, **changes: Any) -> Grant:
     if "tenant" in changes:
         _check_manages(actor, changes["tenant"])
     _check_priority(actor, grant.tenant, changes)
+    _check_payer(actor, changes)
     flavors = changes.pop("flavors", None)
     for name, value in changes.items():
         setattr(grant, name, value)

@@ -27,6 +27,7 @@ from workloads.choices import HOLDING, WAITING, WorkloadKind
 from workloads.constants import check_env_limits
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
+from workloads.payer import payer_for
 
 MAX_WORKERS = 64
 RESERVED_ENV = {
@@ -122,6 +123,7 @@ def launch_environment(
             env=dict(template.environment),
             idle_timeout_minutes=grant.idle_timeout_minutes,
             priority=grant.priority_class.value if grant.priority_class else 0,
+            **payer_for(grant, actor),
         )
         created(
             workload, actor=actor, reason=R.LAUNCHED(template=template.name, flavor=flavor.name)
@@ -224,6 +226,7 @@ def submit_job(
             workers=workers,
             max_retries=max_retries,
             priority=grant.priority_class.value if grant.priority_class else 0,
+            **payer_for(grant, actor),
         )
         created(
             workload,

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
-from workloads.choices import ACTIVE, AppKind, State, WorkloadKind
+from workloads.choices import ACTIVE, AppKind, PayerKind, State, WorkloadKind
 from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN
 
 
@@ -181,6 +181,16 @@ class Grant(models.Model):
         related_name="+",
         help_text="Work from this grant is scheduled with this priority.",
     )
+    # Who pays for the work launched from it (workloads.payer.payer_for).
+    payer = models.CharField(max_length=10, choices=PayerKind.choices, default=PayerKind.CLASS)
+    payer_tenant = models.ForeignKey(
+        "tenants.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="With payer 'tenant': the project or group that pays.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -250,6 +260,13 @@ class Workload(models.Model):
     # What admission charged to the quota chain, given back exactly when the workload ends.
     quota_request = models.JSONField(default=dict, blank=True)
     charged = models.BooleanField(default=False)
+    # Who pays, resolved at launch from the grant (workloads.payer); both empty: the tenant.
+    payer_tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    payer_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     # The backend's own record (processes, ports, object names): JSON, never shown to users.
     backend_state = models.JSONField(default=dict, blank=True)
 

@@ -119,6 +119,13 @@ class GrantSerializer(serializers.ModelSerializer[Grant]):
         allow_null=True,
         help_text="Work from this grant is scheduled with this priority (admins only).",
     )
+    payer_tenant = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Tenant.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="With payer 'tenant': the project or group (one you manage) that pays.",
+    )
 
     class Meta:
         model = Grant
@@ -135,6 +142,8 @@ class GrantSerializer(serializers.ModelSerializer[Grant]):
             "windows",
             "windows_text",
             "expires_on",
+            "payer",
+            "payer_tenant",
             "created_at",
         ]
         read_only_fields = ["id", "created_at", "windows_text"]

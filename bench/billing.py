@@ -1,0 +1,170 @@
+"""Settlement at scale: one settlement tick (``billing.services.settle``) over 100,000 open
+usage intervals.
+
+The intervals: 1,000 workloads' worth of mixes in 10 classes — whole GPUs (1, 2, 4) and
+shares (250, 489, 500 thousandths) of A100 and V100, CPU and memory — each opened an hour to
+two days before the tick, with two price versions and a nightly off-peak window in their
+past (so spans are cut at version and window boundaries). Three ticks are measured:
+
+- **first**: every interval is charged from its start (100,000 entries written);
+- **next**: one minute later, every interval again (what the beat does each minute);
+- **idle**: every interval closed and settled: nothing to do.
+
+Reports seconds and SQL queries per tick (``django.test.utils.CaptureQueriesContext``).
+
+    .venv/bin/python bench/billing.py [--intervals 100000] [--batch 2000] [--out FILE]
+
+Uses a throw-away SQLite database unless DATABASE_URL is set; with DATABASE_URL the billing
+tables of that database are emptied first (use a database of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import random
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_django() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DEBUG", "true")
+    os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="quanta-bench-"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.pop("REDIS_URL", None)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def build(n: int, now: dt.datetime) -> None:
+    from billing.models import Account, LedgerEntry, PricePlan, UsageInterval
+    from scheduling.models import Cluster
+    from tenants.choices import TenantKind
+    from tenants.models import Tenant
+
+    LedgerEntry.objects.all()._raw_delete(LedgerEntry.objects.db)  # the ledger refuses delete()
+    UsageInterval.objects.all().delete()
+    Account.objects.all().delete()
+    PricePlan.objects.all().delete()
+    cluster, _ = Cluster.objects.get_or_create(
+        slug="bench", defaults={"name": "Bench", "backend": "simulated"}
+    )
+    school, _ = Tenant.objects.get_or_create(
+        slug="bench-uni", defaults={"name": "Uni", "kind": TenantKind.ORGANISATION}
+    )
+    classes = []
+    for i in range(10):
+        tenant = Tenant.objects.filter(slug=f"bench-c{i}").first()
+        if tenant is None:
+            tenant = Tenant(slug=f"bench-c{i}", name=f"C{i}", kind=TenantKind.CLASS, parent=school)
+            tenant.save()
+        classes.append(Account.objects.create(tenant=tenant))
+    for start, a100, window in (
+        (now - dt.timedelta(days=30), "3.0000", (dt.time(0), dt.time(7))),
+        (now - dt.timedelta(hours=20), "3.5000", (dt.time(22), dt.time(6))),
+    ):
+        PricePlan.objects.create(
+            cluster=cluster,
+            effective_from=start,
+            gpu_hour=Decimal("2.0000"),
+            gpu_hour_by_model={"A100": a100},
+            cpu_core_hour=Decimal("0.1000"),
+            memory_gib_hour=Decimal("0.0100"),
+            priority_multipliers={"low": "0.5000"},
+            offpeak_start=window[0],
+            offpeak_end=window[1],
+            offpeak_multiplier=Decimal("0.5000"),
+        )
+    rng = random.Random(7)
+    rows = []
+    for i in range(n):
+        start = now - dt.timedelta(seconds=rng.randrange(3600, 48 * 3600))
+        whole = rng.random() < 0.5
+        rows.append(
+            UsageInterval(
+                account=classes[i % 10],
+                cluster=cluster,
+                started_at=start,
+                settled_until=start,
+                gpus=rng.choice([1, 2, 4]) if whole else 0,
+                gpu_share_milli=0 if whole else rng.choice([250, 489, 500]),
+                gpu_model=rng.choice(["A100", "V100"]),
+                cpu_milli=rng.choice([1000, 4000]),
+                memory_mib=rng.choice([4096, 16384]),
+                priority_class=rng.choice(["", "low"]),
+                workload_name=f"w{i}",
+                owner_name=f"s{i % 1000}",
+                flavor_name="1 GPU" if whole else "half GPU",
+            )
+        )
+    UsageInterval.objects.bulk_create(rows, batch_size=2000)
+
+
+def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from billing import services
+
+    with CaptureQueriesContext(connection) as queries:
+        began = time.perf_counter()
+        done = services.settle(now, batch_size=batch)
+        seconds = time.perf_counter() - began
+    return {
+        "tick": label,
+        "seconds": round(seconds, 2),
+        "queries": len(queries.captured_queries),
+        "intervals": done.intervals,
+        "entries": done.entries,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--intervals", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    setup_django()
+    from django.db import connection
+    from django.db.models import Sum
+
+    from billing.models import LedgerEntry, UsageInterval
+
+    now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+    build(args.intervals, now)
+    results = [measure("first", now, args.batch)]
+    results.append(measure("next (1 min later)", now + dt.timedelta(minutes=1), args.batch))
+    UsageInterval.objects.update(ended_at=now + dt.timedelta(minutes=1))
+    results.append(measure("closing", now + dt.timedelta(minutes=2), args.batch))
+    results.append(measure("idle", now + dt.timedelta(minutes=3), args.batch))
+    total = LedgerEntry.objects.aggregate(t=Sum("amount"))["t"]
+    lines = [
+        f"database: {connection.vendor}, {args.intervals} intervals, batch {args.batch}",
+        "| tick | seconds | queries | intervals | entries |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {r['tick']} | {r['seconds']} | {r['queries']} | {r['intervals']} | {r['entries']} |"
+            for r in results
+        ),
+        f"ledger total: {total}",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+from rest_framework.routers import DefaultRouter
+
+from billing.api import views
+
+app_name = "billing-api"
+
+router = DefaultRouter()
+router.register("price-plans", views.PricePlanViewSet, basename="price-plan")
+router.register("accounts", views.AccountViewSet, basename="account")
+router.register("ledger-entries", views.LedgerEntryViewSet, basename="ledger-entry")
+router.register("usage-intervals", views.UsageIntervalViewSet, basename="usage-interval")
+
+urlpatterns = router.urls

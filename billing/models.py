@@ -1,0 +1,208 @@
+"""Price plans, usage intervals, accounts and the ledger.
+
+Money is ``Decimal`` with six places (micro-units of the currency) everywhere it is stored;
+prices are per unit-hour with four places. The only rounding is in
+``billing.pricing.round_amount``: an interval's exact cost (a ``Fraction``) up to its watermark
+is rounded there, and each charge is the rounded cost minus what the interval was charged
+before, so repeated settlements never drift (see docs/billing.md).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.db.models import Q
+
+from billing.choices import EntryKind
+
+
+class PricePlan(models.Model):
+    """One version of a cluster's prices, in force from ``effective_from`` until the next
+    version's. A version is never changed: a price change is a new version from a stated time
+    (``billing.services.create_plan``)."""
+
+    cluster = models.ForeignKey(
+        "scheduling.Cluster", on_delete=models.PROTECT, related_name="price_plans"
+    )
+    effective_from = models.DateTimeField()
+    # Per hour of one whole GPU, by model; a share pays its fraction (the share admission
+    # charged: the larger of its compute and memory share).
+    gpu_hour = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal(0), help_text="Unlisted models."
+    )
+    gpu_hour_by_model = models.JSONField(default=dict, blank=True)  # {"A100": "2.5000"}
+    cpu_core_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
+    memory_gib_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
+    storage_gib_month = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal(0)
+    )  # not metered yet
+    priority_multipliers = models.JSONField(default=dict, blank=True)  # {"preemptible": "0.5"}
+    queue_multipliers = models.JSONField(default=dict, blank=True)  # {"research": "1.2"}
+    # A daily window in the portal's time zone (start > end: across midnight); empty: none.
+    offpeak_start = models.TimeField(null=True, blank=True)
+    offpeak_end = models.TimeField(null=True, blank=True)
+    offpeak_multiplier = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal(1))
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "effective_from"], name="one_price_version_per_time"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug} prices from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class Account(models.Model):
+    """Who is charged: a tenant (class, project, department) or a person."""
+
+    tenant = models.OneToOneField(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.PROTECT, related_name="account"
+    )
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="billing_account",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(tenant__isnull=False, user__isnull=True)
+                | Q(tenant__isnull=True, user__isnull=False),
+                name="account_tenant_or_person",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.tenant.name if self.tenant is not None else str(self.user)
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+class UsageInterval(models.Model):
+    """What one workload held from a transition into a holding state (Starting, Running,
+    Stopping) to the transition out of them, with the resources snapshotted as they were
+    held. ``settled_until`` is the watermark: the interval is charged up to there, and
+    ``charged`` is what it was charged in all."""
+
+    workload = models.ForeignKey(
+        "workloads.Workload",
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="usage_intervals",
+    )
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="intervals")
+    cluster = models.ForeignKey("scheduling.Cluster", on_delete=models.PROTECT, related_name="+")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    settled_until = models.DateTimeField()
+    charged = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    is_settled = models.BooleanField(default=False)  # closed and charged to its end
+    # The resources held, in all (all workers): snapshotted when the interval opens.
+    workers = models.PositiveSmallIntegerField(default=1)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)  # whole devices
+    gpu_share_milli = models.PositiveIntegerField(default=0)  # shares, thousandths of a device
+    gpu_model = models.CharField(max_length=64, blank=True)
+    priority_class = models.CharField(max_length=63, blank=True)
+    queue = models.CharField(max_length=63, blank=True)
+    # Names as they were, for statements that outlive renames.
+    workload_name = models.CharField(max_length=100, blank=True)
+    owner_name = models.CharField(max_length=150, blank=True)
+    flavor_name = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload"],
+                condition=Q(ended_at__isnull=True),
+                name="one_open_interval_per_workload",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["id"], condition=Q(is_settled=False), name="usage_interval_unsettled"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_name} {self.started_at:%Y-%m-%d %H:%M} → {self.ended_at or '…'}"
+
+    @property
+    def gpu_milli(self) -> int:
+        """Thousandths of a device held in all, whole devices and shares together."""
+        return self.gpus * 1000 + self.gpu_share_milli
+
+
+class LedgerEntryQuerySet(models.QuerySet["LedgerEntry"]):
+    def update(self, **kwargs: Any) -> int:
+        raise PermissionDenied("ledger entries are never changed; add a correction")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise PermissionDenied("ledger entries are never deleted; add a correction")
+
+
+class LedgerEntry(models.Model):
+    """One immutable signed amount on an account: positive is owed (a charge), negative is
+    given back. A mistake is answered with a correction entry, never an edit."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(max_length=12, choices=EntryKind.choices, default=EntryKind.CHARGE)
+    amount = models.DecimalField(max_digits=18, decimal_places=6)
+    interval = models.ForeignKey(
+        UsageInterval, null=True, blank=True, on_delete=models.PROTECT, related_name="entries"
+    )
+    period_start = models.DateTimeField(null=True, blank=True)
+    period_end = models.DateTimeField(null=True, blank=True)
+    description = models.CharField(max_length=300)
+    details = models.JSONField(default=dict, blank=True)  # the priced segments, names, rates
+    corrects = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="corrections"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = LedgerEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.description}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None or kwargs.get("force_update"):
+            raise PermissionDenied("ledger entries are never changed; add a correction")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise PermissionDenied("ledger entries are never deleted; add a correction")

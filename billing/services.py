@@ -1,0 +1,504 @@
+"""Every write billing makes: price plan versions, accounts, settlement, corrections.
+
+Settlement charges each unsettled usage interval from its watermark (``settled_until``) to
+``min(end, now)``. Its charge is the interval's exact cost from its start to the new
+watermark, rounded once (``pricing.round_amount``), minus what it was charged before; the
+entry and the new watermark are written in one transaction, on rows locked
+(``select_for_update``; the periodic tick skips rows another settlement holds), so a retried,
+crashed or concurrent settlement never charges twice and never misses a span.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from billing import pricing
+from billing.choices import EntryKind
+from billing.models import Account, LedgerEntry, PricePlan, UsageInterval
+from core.audit import record
+from scheduling.models import Cluster
+from tenants.models import Tenant
+from tenants.permissions import Access
+
+logger = logging.getLogger(__name__)
+
+BATCH = 2000  # intervals settled per transaction
+MAX_PRICE = Decimal("99999999.9999")
+PRICE_FIELDS = ("gpu_hour", "cpu_core_hour", "memory_gib_hour", "storage_gib_month")
+MAP_FIELDS = ("gpu_hour_by_model", "priority_multipliers", "queue_multipliers")
+
+
+# --- Accounts -------------------------------------------------------------------------------
+
+
+def account_for_tenant(tenant: Tenant) -> Account:
+    return _account(tenant=tenant)
+
+
+def account_for_user(user: Any) -> Account:
+    return _account(user=user)
+
+
+def _account(**who: Any) -> Account:
+    account = Account.objects.filter(**who).first()
+    if account is not None:
+        return account
+    try:
+        with transaction.atomic():
+            return Account.objects.create(**who)
+    except IntegrityError:  # created meanwhile by another transaction
+        return Account.objects.get(**who)
+
+
+# --- Price plans ----------------------------------------------------------------------------
+
+
+def _price(name: str, value: Any, *, places: int = 4) -> Decimal:
+    """A price or multiplier as given (a number or a numeric string), or a 400 naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        raise ValidationError({name: _("must be a number, e.g. 2.50")})
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValidationError({name: _("must be a number, e.g. 2.50")}) from None
+    if not number.is_finite():
+        raise ValidationError({name: _("must be a number, e.g. 2.50")})
+    if number < 0:
+        raise ValidationError({name: _("cannot be negative")})
+    if number > MAX_PRICE or number != number.quantize(Decimal(1).scaleb(-places)):
+        raise ValidationError(
+            {name: _("must be at most %(max)s with %(n)s decimals") % {"max": MAX_PRICE, "n": 4}}
+        )
+    return number.quantize(Decimal(1).scaleb(-places))
+
+
+def _price_map(name: str, value: Any) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError({name: _('must be an object, e.g. {"A100": "2.50"}')})
+    out = {}
+    for key, number in value.items():
+        if not isinstance(key, str) or not key.strip() or len(key) > 64:
+            raise ValidationError({name: _("names must be short non-empty strings")})
+        out[key.strip()] = str(_price(f"{name}.{key}", number))
+    return out
+
+
+def _moment(name: str, value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        parsed = parse_datetime(value.strip())
+        if parsed is None:
+            raise ValidationError({name: _("must be a date and time, e.g. 2025-09-01T00:00Z")})
+        value = parsed
+    if not isinstance(value, dt.datetime):
+        raise ValidationError({name: _("must be a date and time, e.g. 2025-09-01T00:00Z")})
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return value
+
+
+@transaction.atomic
+def create_plan(
+    *,
+    actor: Any,
+    cluster: Cluster,
+    effective_from: Any,
+    now: dt.datetime | None = None,
+    **prices: Any,
+) -> PricePlan:
+    """A new version of ``cluster``'s prices, in force from ``effective_from`` (not before
+    now: a price change never rewrites what was used) until the next version. Superusers
+    only; audited (``price_plan.create``)."""
+    if not getattr(actor, "is_superuser", False):
+        raise PermissionDenied(_("Only an operator sets prices."))
+    now = now or timezone.now()
+    unknown = set(prices) - {*PRICE_FIELDS, *MAP_FIELDS, "offpeak", "offpeak_multiplier", "note"}
+    if unknown:
+        raise ValidationError({name: _("is not a price plan field") for name in sorted(unknown)})
+    start = _moment("effective_from", effective_from)
+    if start < now:
+        raise ValidationError(
+            {"effective_from": _("a price change cannot take effect in the past")}
+        )
+    settled = (
+        UsageInterval.objects.filter(cluster=cluster, settled_until__gt=start)
+        .order_by("-settled_until")
+        .values_list("settled_until", flat=True)
+        .first()
+    )
+    if settled is not None:  # charged already up to there (a clock behind the settlement's)
+        raise ValidationError(
+            {"effective_from": _("usage is already charged up to %(t)s") % {"t": settled}}
+        )
+    if PricePlan.objects.filter(cluster=cluster, effective_from=start).exists():
+        raise ValidationError(
+            {"effective_from": _("another version of these prices starts at that time")}
+        )
+    fields: dict[str, Any] = {name: _price(name, prices.get(name, 0)) for name in PRICE_FIELDS}
+    for name in MAP_FIELDS:
+        fields[name] = _price_map(name, prices.get(name))
+    fields["offpeak_start"], fields["offpeak_end"] = _window(prices.get("offpeak"))
+    fields["offpeak_multiplier"] = _price("offpeak_multiplier", prices.get("offpeak_multiplier", 1))
+    note = prices.get("note") or ""
+    if not isinstance(note, str) or len(note) > 200:
+        raise ValidationError({"note": _("must be a text of at most 200 characters")})
+    plan = PricePlan.objects.create(
+        cluster=cluster, effective_from=start, note=note, created_by=actor, **fields
+    )
+    record(
+        "price_plan.create",
+        actor=actor,
+        target=plan,
+        cluster=cluster.slug,
+        effective_from=start.isoformat(),
+        **{k: v for k, v in fields.items() if v not in ({}, None)},
+    )
+    return plan
+
+
+def _window(value: Any) -> tuple[dt.time | None, dt.time | None]:
+    """``{"start": "00:00", "end": "07:00"}`` or nothing."""
+    if value in (None, "", {}):
+        return None, None
+    if not isinstance(value, dict) or set(value) != {"start", "end"}:
+        raise ValidationError({"offpeak": _('must be {"start": "HH:MM", "end": "HH:MM"}')})
+    times = []
+    for key in ("start", "end"):
+        try:
+            times.append(dt.time.fromisoformat(str(value[key])))
+        except ValueError:
+            raise ValidationError(
+                {"offpeak": _('must be {"start": "HH:MM", "end": "HH:MM"}')}
+            ) from None
+    if times[0] == times[1]:
+        raise ValidationError({"offpeak": _("the window must not be empty")})
+    return times[0], times[1]
+
+
+# --- Corrections ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def correct(*, entry: LedgerEntry, amount: Any, reason: str, actor: Any) -> LedgerEntry:
+    """A new entry that corrects ``entry`` by ``amount`` (signed: negative gives back); the
+    entry itself stays as it was. Superusers and the admins of the account's tenant;
+    audited (``ledger.correct``)."""
+    account = entry.account
+    access = Access.of(actor)
+    if not (access.is_superuser or (account.tenant and access.can_administer(account.tenant))):
+        raise PermissionDenied(_("Only an admin of the account corrects its entries."))
+    if isinstance(amount, bool) or not isinstance(amount, int | float | str | Decimal):
+        raise ValidationError({"amount": _("must be a number, e.g. -2.50")})
+    try:
+        value = Decimal(str(amount).strip())
+    except InvalidOperation:
+        raise ValidationError({"amount": _("must be a number, e.g. -2.50")}) from None
+    if not value.is_finite() or value == 0 or abs(value) > MAX_PRICE:
+        raise ValidationError({"amount": _("must be a number other than 0, e.g. -2.50")})
+    if value != value.quantize(pricing.MICRO):
+        raise ValidationError({"amount": _("must have at most 6 decimals")})
+    reason = (reason or "").strip() if isinstance(reason, str) else ""
+    if not reason:
+        raise ValidationError({"reason": _("say why the entry is corrected")})
+    correction = LedgerEntry.objects.create(
+        account=account,
+        kind=EntryKind.CORRECTION,
+        amount=value,
+        interval=entry.interval,
+        description=f"Correction of entry {entry.pk}: {reason}"[:300],
+        details={"reason": reason},
+        corrects=entry,
+        actor=actor,
+    )
+    record(
+        "ledger.correct",
+        actor=actor,
+        target=correction,
+        tenant=account.tenant,
+        entry=entry.pk,
+        amount=str(value),
+        reason=reason,
+    )
+    return correction
+
+
+# --- Settlement -----------------------------------------------------------------------------
+
+
+@dataclass
+class Settled:
+    intervals: int = 0
+    entries: int = 0
+    amount: Decimal = Decimal(0)
+
+
+class _Plans:
+    """The plan versions of the clusters settled, read once per settlement."""
+
+    def __init__(self) -> None:
+        self._by_cluster: dict[int, list[pricing.Version]] = {}
+
+    def load(self, cluster_ids: Iterable[int]) -> None:
+        missing = set(cluster_ids) - set(self._by_cluster)
+        if not missing:
+            return
+        rows: dict[int, list[PricePlan]] = defaultdict(list)
+        for plan in PricePlan.objects.filter(cluster_id__in=missing):
+            rows[plan.cluster_id].append(plan)
+        for cluster_id in missing:
+            self._by_cluster[cluster_id] = pricing.versions(rows[cluster_id])
+
+    def __getitem__(self, cluster_id: int) -> list[pricing.Version]:
+        return self._by_cluster[cluster_id]
+
+
+# What settlement reads of an interval: plain values, not model instances (100,000 a tick).
+ROW_FIELDS = (
+    "id",
+    "account_id",
+    "cluster_id",
+    "started_at",
+    "ended_at",
+    "settled_until",
+    "charged",
+    "cpu_milli",
+    "memory_mib",
+    "gpus",
+    "gpu_share_milli",
+    "gpu_model",
+    "priority_class",
+    "queue",
+    "workload_name",
+    "owner_name",
+    "flavor_name",
+)
+
+
+class _Row:
+    """One interval as settlement sees it (``pricing.Held`` and its watermark)."""
+
+    __slots__ = (*ROW_FIELDS, "is_settled")
+
+    id: int
+    account_id: int
+    cluster_id: int
+    started_at: dt.datetime
+    ended_at: dt.datetime | None
+    settled_until: dt.datetime
+    charged: Decimal
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    gpu_share_milli: int
+    gpu_model: str
+    priority_class: str
+    queue: str
+    workload_name: str
+    owner_name: str
+    flavor_name: str
+    is_settled: bool
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        for name, value in zip(ROW_FIELDS, values, strict=True):
+            setattr(self, name, value)
+        self.is_settled = False
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+def _rows(queryset: Any) -> list[_Row]:
+    return [_Row(values) for values in queryset.values_list(*ROW_FIELDS)]
+
+
+def settle(now: dt.datetime | None = None, *, batch_size: int = BATCH) -> Settled:
+    """Charge every unsettled interval up to ``now`` (the periodic tick). Batches of
+    ``batch_size`` intervals, each in its own transaction; rows another settlement holds
+    are skipped (it charges them)."""
+    now = now or timezone.now()
+    plans = _Plans()
+    done = Settled()
+    after = 0
+    while True:
+        with transaction.atomic():
+            rows = _rows(
+                UsageInterval.objects.select_for_update(skip_locked=True)
+                .filter(is_settled=False, pk__gt=after)
+                .order_by("pk")[:batch_size]
+            )
+            if not rows:
+                return done
+            after = rows[-1].id
+            _settle_rows(rows, now, plans, done)
+
+
+def settle_workload(workload: Any, now: dt.datetime | None = None) -> Settled:
+    """Charge one workload's intervals up to now (at its end). Waits for a settlement that
+    holds them, then charges what it left."""
+    now = now or timezone.now()
+    done = Settled()
+    with transaction.atomic():
+        rows = _rows(
+            UsageInterval.objects.select_for_update()
+            .filter(workload=workload, is_settled=False)
+            .order_by("pk")
+        )
+        if rows:
+            _settle_rows(rows, now, _Plans(), done)
+    return done
+
+
+def _settle_rows(rows: Sequence[_Row], now: dt.datetime, plans: _Plans, done: Settled) -> None:
+    plans.load({row.cluster_id for row in rows})
+    tz = timezone.get_default_timezone()
+    written = timezone.now()
+    entries = []
+    for row in rows:
+        until = now if row.ended_at is None else min(row.ended_at, now)
+        until = max(until, row.started_at)
+        pieces = pricing.segments(plans[row.cluster_id], row.started_at, until, tz)
+        total = pricing.round_ratio(pricing.cost_numerator(row, pieces), pricing.DENOMINATOR)
+        amount = total - row.charged
+        if amount:
+            entries.append(_entry(row, amount, pieces, until, written))
+            done.amount += amount
+        row.settled_until = until
+        row.charged = total
+        row.is_settled = row.ended_at is not None and until >= row.ended_at
+    _insert_entries(entries)
+    _write_watermarks(rows)
+    done.intervals += len(rows)
+    done.entries += len(entries)
+
+
+ENTRY_COLUMNS = (
+    "account_id",
+    "kind",
+    "amount",
+    "interval_id",
+    "period_start",
+    "period_end",
+    "description",
+    "details",
+    "created_at",
+)
+
+
+def _insert_entries(entries: Sequence[dict[str, Any]]) -> None:
+    """The entries in multi-row INSERTs of up to 1,000 rows (Django's bulk_create compiles
+    every value of every row, and an executemany is a round trip per row on PostgreSQL: at
+    100,000 a tick either was most of the tick)."""
+    if not entries:
+        return
+    meta = LedgerEntry._meta
+    fields: list[Any] = [meta.get_field(c.removesuffix("_id")) for c in ENTRY_COLUMNS]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    limit = connection.features.max_query_params or 65535
+    chunk = max(1, min(1000, limit // len(fields)))
+    with connection.cursor() as cursor:
+        for start in range(0, len(entries), chunk):
+            part = entries[start : start + chunk]
+            params = [
+                f.get_db_prep_save(entry[c], connection)
+                for entry in part
+                for f, c in zip(fields, ENTRY_COLUMNS, strict=True)
+            ]
+            cursor.execute(
+                f'INSERT INTO "{meta.db_table}" ({columns}) '
+                f"VALUES {', '.join([row_sql] * len(part))}",
+                params,
+            )
+
+
+def _write_watermarks(rows: Sequence[_Row]) -> None:
+    """The new watermarks, in the transaction of the entries they account for: one
+    ``UPDATE … FROM (VALUES …)`` per chunk (PostgreSQL, and SQLite from 3.33), not Django's
+    ``bulk_update``, whose CASE per row grows with the square of the chunk."""
+    table = UsageInterval._meta.db_table
+    names = ("settled_until", "charged", "is_settled")
+    fields: list[Any] = [UsageInterval._meta.get_field(n) for n in names]
+    limit = connection.features.max_query_params or 4000
+    chunk = max(1, min(1000, limit // 4))
+    postgres = connection.vendor == "postgresql"
+    casts = ("::bigint", "::timestamptz", "::numeric", "::boolean") if postgres else ("",) * 4
+    row_sql = "(" + ", ".join(f"%s{c}" for c in casts) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            params: list[Any] = []
+            for row in part:
+                params.append(row.pk)
+                for field in fields:
+                    params.append(field.get_db_prep_save(getattr(row, field.attname), connection))
+            values = ", ".join([row_sql] * len(part))
+            cursor.execute(
+                f"WITH v(id, s, c, d) AS (VALUES {values}) "
+                f'UPDATE "{table}" SET settled_until = v.s, charged = v.c, is_settled = v.d '
+                f'FROM v WHERE "{table}".id = v.id',
+                params,
+            )
+
+
+def _entry(
+    row: _Row,
+    amount: Decimal,
+    pieces: Sequence[pricing.Segment],
+    until: dt.datetime,
+    written: dt.datetime,
+) -> dict[str, Any]:
+    """The entry for [watermark, until): its segments with hours and unit prices (an
+    adjustment when the interval ended before the span already charged)."""
+    behind = until < row.settled_until
+    start, end = (until, until) if behind else (row.settled_until, until)
+    charged = pricing.clip(pieces, start, end)
+    hours = pricing.round_ratio(sum(p.micros for p in charged), pricing.HOUR_MICROS)
+    size = row.flavor_name or "-"
+    description = f"{row.workload_name} ({row.owner_name}), {size}, {hours.normalize():f} h"
+    if behind:
+        description = f"{row.workload_name} ({row.owner_name}): ended at {until:%Y-%m-%d %H:%M:%S}"
+    return {
+        "account_id": row.account_id,
+        "kind": EntryKind.CHARGE,
+        "amount": amount,
+        "interval_id": row.id,
+        "period_start": start,
+        "period_end": end,
+        "description": description[:300],
+        "details": {
+            "workload": row.workload_name,
+            "person": row.owner_name,
+            "size": size,
+            "gpus": row.gpus,
+            "gpu_share_milli": row.gpu_share_milli,
+            "gpu_model": row.gpu_model,
+            "cpu_milli": row.cpu_milli,
+            "memory_mib": row.memory_mib,
+            "segments": [
+                {
+                    "from": p.start.isoformat(),
+                    "to": p.end.isoformat(),
+                    "hours": str(p.hours),
+                    "unit_price": str(p.unit_price(row)),
+                    "offpeak": p.offpeak,
+                    "plan": p.version.plan_id,
+                }
+                for p in charged
+            ],
+        },
+        "created_at": written,
+    }
