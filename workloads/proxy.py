@@ -16,6 +16,7 @@ import mimetypes
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -495,6 +496,42 @@ def is_desktop_socket(target: Target) -> bool:
 # -- HTTP ---------------------------------------------------------------------------------------
 
 
+# One HTTP client per event loop and upstream socket, kept between requests: a new
+# ``httpx.AsyncClient`` builds an SSL context (about 25 ms here) and a new connection for each
+# request, which made JupyterLab's page load twice as slow through the proxy as direct (its
+# ~60 static files). Connections to the notebook are kept alive and reused. Per loop, because
+# a client's connections belong to the loop that opened them (tests run many loops).
+MAX_UPSTREAM_CLIENTS = 256  # per loop; a socket path per VS Code workload, the oldest go first
+_upstream_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]
+] = weakref.WeakKeyDictionary()
+_closing: set[asyncio.Task[None]] = set()  # evicted clients being closed (kept referenced)
+
+
+def upstream_client(unix_socket: str = "") -> httpx.AsyncClient:
+    """The shared client for TCP upstreams (``""``) or for one private UNIX socket (VS Code:
+    HTTP over it; the URL then names only the path)."""
+    loop = asyncio.get_running_loop()
+    clients = _upstream_clients.setdefault(loop, {})
+    client = clients.get(unix_socket)
+    if client is None or client.is_closed:
+        transport = httpx.AsyncHTTPTransport(uds=unix_socket) if unix_socket else None
+        client = httpx.AsyncClient(
+            timeout=UPSTREAM_TIMEOUT,
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+        clients[unix_socket] = client
+        while len(clients) > MAX_UPSTREAM_CLIENTS:
+            oldest = clients.pop(next(iter(clients)))
+            closing = loop.create_task(oldest.aclose())
+            _closing.add(closing)
+            closing.add_done_callback(_closing.discard)
+    return client
+
+
 class NotebookHttpProxy(AsyncHttpConsumer):
     """``/nb/<id>/…`` over HTTP: checks who asks, then streams the notebook's answer."""
 
@@ -590,62 +627,56 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         method = self.scope.get("method", "GET")
         scrubber = Scrubber(secrets_of(endpoint))
         started = False
-        # A private socket (VS Code): HTTP over it; the URL then names only the path.
-        transport = (
-            httpx.AsyncHTTPTransport(uds=endpoint.unix_socket) if endpoint.unix_socket else None
-        )
-        async with httpx.AsyncClient(
-            timeout=UPSTREAM_TIMEOUT, follow_redirects=False, trust_env=False, transport=transport
-        ) as client:
-            try:
-                request = client.build_request(method, url, headers=headers, content=body)
-                response = await client.send(request, stream=True)
-            except httpx.TimeoutException:
-                logger.warning("notebook proxy: %s timed out (%s)", target.workload_id, url)
-                await self.respond(GATEWAY_TIMEOUT)
-                return
-            except (httpx.HTTPError, OSError) as exc:
-                logger.warning(
-                    "notebook proxy: %s unreachable: %s", target.workload_id, type(exc).__name__
-                )
-                await self.respond(BAD_GATEWAY)
-                return
-            except Exception:
-                logger.exception("notebook proxy: request to %s failed", target.workload_id)
-                await self.respond(BAD_GATEWAY)
-                return
-            try:
-                textual = is_textual(response.headers.get("content-type", ""))
-                encoded = response.headers.get("content-encoding", "identity") != "identity"
-                rewrites_body = (textual and bool(scrubber.secrets)) or encoded
-                headers_out = response_headers(
-                    response, endpoint, target.workload_id, scrubber, rewrites_body=rewrites_body
-                )
-                # aiter_bytes decodes any content-encoding the upstream used regardless.
-                async for chunk in response.aiter_bytes():
-                    if not started:
-                        await self.send_headers(status=response.status_code, headers=headers_out)
-                        started = True
-                    out = scrubber.feed(chunk) if textual else chunk
-                    if out:
-                        await self.send_body(out, more_body=True)
+        client = upstream_client(endpoint.unix_socket)
+        try:
+            request = client.build_request(method, url, headers=headers, content=body)
+            response = await client.send(request, stream=True)
+        except httpx.TimeoutException:
+            logger.warning("notebook proxy: %s timed out (%s)", target.workload_id, url)
+            await self.respond(GATEWAY_TIMEOUT)
+            return
+        except (httpx.HTTPError, OSError) as exc:
+            logger.warning(
+                "notebook proxy: %s unreachable: %s", target.workload_id, type(exc).__name__
+            )
+            await self.respond(BAD_GATEWAY)
+            return
+        except Exception:
+            logger.exception("notebook proxy: request to %s failed", target.workload_id)
+            await self.respond(BAD_GATEWAY)
+            return
+        try:
+            textual = is_textual(response.headers.get("content-type", ""))
+            encoded = response.headers.get("content-encoding", "identity") != "identity"
+            rewrites_body = (textual and bool(scrubber.secrets)) or encoded
+            headers_out = response_headers(
+                response, endpoint, target.workload_id, scrubber, rewrites_body=rewrites_body
+            )
+            # aiter_bytes decodes any content-encoding the upstream used regardless.
+            async for chunk in response.aiter_bytes():
                 if not started:
                     await self.send_headers(status=response.status_code, headers=headers_out)
                     started = True
-                await self.send_body(scrubber.flush() if textual else b"")
-            except (httpx.HTTPError, OSError) as exc:
-                timeout = isinstance(exc, httpx.TimeoutException)
-                logger.warning(
-                    "notebook proxy: %s failed mid-response: %s",
-                    target.workload_id,
-                    type(exc).__name__,
-                )
-                if started:
-                    await self.send_body(b"")  # cut short; the browser sees a truncated body
-                else:
-                    await self.respond(GATEWAY_TIMEOUT if timeout else BAD_GATEWAY)
-            finally:
-                await response.aclose()
+                out = scrubber.feed(chunk) if textual else chunk
+                if out:
+                    await self.send_body(out, more_body=True)
+            if not started:
+                await self.send_headers(status=response.status_code, headers=headers_out)
+                started = True
+            await self.send_body(scrubber.flush() if textual else b"")
+        except (httpx.HTTPError, OSError) as exc:
+            timeout = isinstance(exc, httpx.TimeoutException)
+            logger.warning(
+                "notebook proxy: %s failed mid-response: %s",
+                target.workload_id,
+                type(exc).__name__,
+            )
+            if started:
+                await self.send_body(b"")  # cut short; the browser sees a truncated body
+            else:
+                await self.respond(GATEWAY_TIMEOUT if timeout else BAD_GATEWAY)
+        finally:
+            await response.aclose()
 
 
 # -- WebSocket ----------------------------------------------------------------------------------
