@@ -196,6 +196,40 @@ def decide(user: Any, workload_id: str) -> Decision:
     return Decision("proxy", endpoint)
 
 
+# A page load is dozens of requests for one workload: the decision (a database query, the
+# backend's state file and process check) is reused for DECISION_SECONDS per person, session
+# and workload. Only "proxy" decisions are kept, so a refusal is never cached, and a stop or a
+# lost permission takes effect within those seconds (the stopped notebook refuses by itself).
+DECISION_SECONDS = 2.0
+MAX_DECISIONS = 4096
+_decisions: dict[tuple[Any, str, str], tuple[float, Decision]] = {}
+
+
+def forget_decisions() -> None:
+    """Drop every kept decision (tests that move an endpoint; a portal that reconfigures)."""
+    _decisions.clear()
+
+
+async def decide_cached(scope: dict[str, Any], user: Any, workload_id: str) -> Decision:
+    session = scope.get("session")
+    key = (user.pk, getattr(session, "session_key", None) or "", workload_id)
+    now = time.monotonic()
+    kept = _decisions.get(key)
+    if kept is not None and kept[0] > now:
+        return kept[1]
+    decision = await database_sync_to_async(decide)(user, workload_id)
+    if decision.outcome == "proxy":
+        if len(_decisions) >= MAX_DECISIONS:
+            for stale in [k for k, (until, _) in _decisions.items() if until <= now]:
+                del _decisions[stale]
+            if len(_decisions) >= MAX_DECISIONS:
+                _decisions.clear()
+        _decisions[key] = (now + DECISION_SECONDS, decision)
+    else:
+        _decisions.pop(key, None)
+    return decision
+
+
 # -- paths and headers --------------------------------------------------------------------------
 
 
@@ -562,7 +596,7 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         if target is None:
             await self.respond(NOT_FOUND)
             return
-        decision = await database_sync_to_async(decide)(user, target.workload_id)
+        decision = await decide_cached(self.scope, user, target.workload_id)
         if decision.outcome == "login":
             await self.redirect_to_login()
         elif decision.outcome == "missing":
@@ -629,7 +663,9 @@ class NotebookHttpProxy(AsyncHttpConsumer):
         started = False
         client = upstream_client(endpoint.unix_socket)
         try:
-            request = client.build_request(method, url, headers=headers, content=body)
+            request = client.build_request(
+                method, url, headers=headers, content=body, timeout=UPSTREAM_TIMEOUT
+            )
             response = await client.send(request, stream=True)
         except httpx.TimeoutException:
             logger.warning("notebook proxy: %s timed out (%s)", target.workload_id, url)

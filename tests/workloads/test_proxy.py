@@ -220,6 +220,7 @@ def notebook(world: Any) -> Workload:
 def point_at(monkeypatch: pytest.MonkeyPatch, url: str | None) -> None:
     endpoint = None if url is None else Endpoint(url, {"Authorization": f"token {TOKEN}"})
     monkeypatch.setattr(proxy, "endpoint_for", lambda workload: endpoint)
+    proxy.forget_decisions()
 
 
 @pytest.fixture
@@ -449,6 +450,28 @@ async def test_another_student_gets_the_same_404_and_no_websocket(
     ws = websocket(f"{BASE}api/kernels/{uuid.uuid4()}/channels", cookie)
     connected, _ = await ws.connect(timeout=5)
     assert not connected
+
+
+@proxy_test
+async def test_a_kept_decision_is_the_owners_alone_and_a_refusal_is_never_kept(
+    world: Any, at_jupyter: str, notebook: Workload
+) -> None:
+    """The proxy reuses the owner's decision for a moment (a page load is many requests):
+    never for another person, and a fresh refusal is never kept."""
+    owner = await session_cookie(world.bob)
+    assert (await fetch("GET", BASE + "lab", owner))["status"] == 200
+    outsider = await session_cookie(world.charlie)
+    assert (await fetch("GET", BASE + "lab", outsider))["status"] == 404
+    assert (await fetch("GET", BASE + "lab", owner))["status"] == 200
+    await database_sync_to_async(Workload.objects.filter(pk=notebook.pk).update)(
+        state=State.STOPPED
+    )
+    proxy.forget_decisions()  # what DECISION_SECONDS does by itself
+    assert (await fetch("GET", BASE + "lab", owner))["status"] == 404
+    await database_sync_to_async(Workload.objects.filter(pk=notebook.pk).update)(
+        state=State.RUNNING
+    )
+    assert (await fetch("GET", BASE + "lab", owner))["status"] == 200, "refusals are not kept"
 
 
 @proxy_test

@@ -116,6 +116,7 @@ def vscode(
     app = SocketApp(short_dir / "http.sock")
     endpoint = Endpoint(url="http://localhost/", unix_socket=app.path)
     monkeypatch.setattr(proxy, "endpoint_for", lambda workload: endpoint)
+    proxy.forget_decisions()
     cache.clear()
     proxy._http_clocks.clear()
     yield app
@@ -134,6 +135,7 @@ def desktop(
     vnc = FakeVnc(short_dir / "rfb.sock")
     endpoint = Endpoint(url="http://localhost/", rfb_socket=vnc.path, static_dir=str(static))
     monkeypatch.setattr(proxy, "endpoint_for", lambda workload: endpoint)
+    proxy.forget_decisions()
     cache.clear()
     proxy._http_clocks.clear()
     yield vnc
