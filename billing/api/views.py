@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import Count, DecimalField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
+from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -25,6 +26,26 @@ from scheduling.models import Cluster
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
 from workloads.models import Grant
+
+
+# Filters by id, never model choices: django-filter's form in the browsable API would list every
+# workload and account of the portal as the choices of a dropdown.
+class LedgerEntryFilter(filters.FilterSet):
+    account = filters.NumberFilter(field_name="account_id")
+    workload = filters.UUIDFilter(field_name="interval__workload_id")
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["account", "kind", "workload"]
+
+
+class UsageIntervalFilter(filters.FilterSet):
+    account = filters.NumberFilter(field_name="account_id")
+    workload = filters.UUIDFilter(field_name="workload_id")
+
+    class Meta:
+        model = UsageInterval
+        fields = ["account", "workload"]
 
 
 class OperatorsSetPrices(permissions.BasePermission):
@@ -111,7 +132,7 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
 
     queryset = LedgerEntry.objects.none()
     serializer_class = s.LedgerEntrySerializer
-    filterset_fields = ["account", "kind", "interval__workload"]
+    filterset_class = LedgerEntryFilter
 
     def get_queryset(self) -> QuerySet[LedgerEntry]:
         user = self.request.user
@@ -135,7 +156,7 @@ class UsageIntervalViewSet(viewsets.ReadOnlyModelViewSet[UsageInterval]):
 
     queryset = UsageInterval.objects.none()
     serializer_class = s.UsageIntervalSerializer
-    filterset_fields = ["workload", "account"]
+    filterset_class = UsageIntervalFilter
 
     def get_queryset(self) -> QuerySet[UsageInterval]:
         user = self.request.user
