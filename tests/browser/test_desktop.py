@@ -6,6 +6,7 @@ Skipped with the reason where TigerVNC, openbox, xterm or noVNC are not installe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import expect
+
+from scheduling.backends.local import LocalBackend  # no Django in the backends
 
 if TYPE_CHECKING:
     from tests.browser.conftest import Portal, SignIn
@@ -44,8 +47,16 @@ def x_windows(portal: Portal, pk: str) -> str:
     env = dict(
         os.environ, DISPLAY=display.group(1), XAUTHORITY=str(workdir / "run" / "vnc" / "Xauthority")
     )
+    # Asked from where the desktop's programs run: inside the workload's sandbox (its X socket
+    # is in the sandbox's private /tmp), or on the host where there is no sandbox.
+    state = json.loads((workdir / "state.json").read_text())
+    prefix = LocalBackend(workdir.parent)._sandbox_enter_prefix(state)
     return subprocess.run(
-        ["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True, timeout=10
+        [*prefix, "xwininfo", "-root", "-tree"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
     ).stdout
 
 
