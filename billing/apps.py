@@ -7,8 +7,10 @@ class BillingConfig(AppConfig):
     name = "billing"
 
     def ready(self) -> None:
-        from billing import metering
-        from workloads import lifecycle
+        from billing import metering, quotes
+        from workloads import costs, lifecycle
 
         # After each commit: usage intervals opened and closed, ended work settled.
         lifecycle.on_transitions(metering.on_transitions)
+        # Prices in the App Center, cost so far on the workload page.
+        costs.register(hourly=quotes.hourly_prices, so_far=quotes.cost_so_far)

@@ -16,6 +16,7 @@ from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
 from workloads import services
 from workloads.choices import ACTIVE
+from workloads.costs import cost_so_far, hourly_prices
 from workloads.forms import JobForm, LaunchForm
 from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Workload
@@ -41,6 +42,7 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
         if cannot_run(grant.template.kind, cluster) is not None:
             continue  # not offered where it cannot run (the admin catalog says why)
         flavors = list(grant.flavors.all())
+        prices = hourly_prices(cluster, flavors, grant)
         default = grant.template.default_flavor
         cards.append(
             {
@@ -50,7 +52,11 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
                     flavors=grant.flavors.all(),
                     initial={"flavor": default if default in flavors else None},
                 ),
-                "sizes": [(flavor, seen[(grant.pk, flavor.pk)]) for flavor in flavors],
+                # (flavor, outlook, price per hour now or None)
+                "sizes": [
+                    (flavor, seen[(grant.pk, flavor.pk)], prices.get(flavor.pk))
+                    for flavor in flavors
+                ],
             }
         )
     return render(request, "workloads/app_center.html", {"cards": cards})
@@ -109,6 +115,7 @@ def workload_detail(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
         "workloads/detail.html",
         {
             "workload": workload,
+            "cost": cost_so_far(workload),
             "events": workload.events.select_related("actor"),
             "logs": logs[-20000:],
             "task": task,

@@ -237,6 +237,11 @@
       el.querySelectorAll('[data-role="stop"]').forEach(function (stop) {
         setHidden(stop, ACTIVE.indexOf(item.state) < 0);
       });
+      if (HOLDING.indexOf(item.state) < 0) {
+        el.querySelectorAll('[data-role="cost"]').forEach(function (cost) {
+          cost.removeAttribute("data-per-hour"); // it holds nothing any more: the count stops
+        });
+      }
       if (previous !== null && previous !== item.state) {
         el.querySelectorAll('[data-role="timeline"]').forEach(function (list) {
           list.appendChild(timelineEntry(item));
@@ -244,6 +249,21 @@
       }
     });
   }
+
+  // [data-role="cost"]: what the workload has cost (data-amount at data-at, seconds since
+  // the epoch), counted on at data-per-hour while it holds resources.
+  var HOLDING = ["Starting", "Running", "Stopping"];
+  function tickCosts() {
+    document.querySelectorAll('[data-role="cost"][data-per-hour]').forEach(function (cost) {
+      var rate = parseFloat(cost.getAttribute("data-per-hour"));
+      var amount = parseFloat(cost.getAttribute("data-amount"));
+      var at = parseFloat(cost.getAttribute("data-at"));
+      if (isNaN(rate) || isNaN(amount) || isNaN(at)) return;
+      var hours = Math.max(0, Date.now() / 1000 - at) / 3600;
+      cost.textContent = (amount + rate * hours).toFixed(2);
+    });
+  }
+  setInterval(tickCosts, 5000);
 
   function setHidden(el, hidden) {
     el.hidden = hidden;

@@ -1,0 +1,56 @@
+"""What a size costs per hour, and what a workload has cost so far: asked by the App Center
+and the workload page, answered by billing.
+
+Billing sits above workloads in the layers (it meters workloads), so workloads cannot import
+it: billing registers its answers here from its ``AppConfig.ready`` (as lifecycle listeners
+are registered). With no billing installed, or no price plan for a cluster, the answers are
+None and the pages show no price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+HourlyPrices = Callable[[Any, Sequence[Any], Any], dict[int, Decimal]]
+CostSoFar = Callable[[Any], "Cost | None"]
+
+_hourly: list[HourlyPrices] = []
+_so_far: list[CostSoFar] = []
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a workload has cost up to ``at`` and, while it holds resources, what it costs
+    per hour now (so a page can count on between updates)."""
+
+    amount: Decimal
+    per_hour: Decimal | None
+    at: Any  # datetime
+
+
+def register(*, hourly: HourlyPrices | None = None, so_far: CostSoFar | None = None) -> None:
+    if hourly is not None and hourly not in _hourly:
+        _hourly.append(hourly)
+    if so_far is not None and so_far not in _so_far:
+        _so_far.append(so_far)
+
+
+def hourly_prices(cluster: Any, flavors: Sequence[Any], grant: Any = None) -> dict[int, Decimal]:
+    """Price per hour now of each flavor (by pk) on ``cluster`` under ``grant``; flavors with
+    no price are left out."""
+    for answer in _hourly:
+        prices = answer(cluster, flavors, grant)
+        if prices:
+            return prices
+    return {}
+
+
+def cost_so_far(workload: Any) -> Cost | None:
+    for answer in _so_far:
+        cost = answer(workload)
+        if cost is not None:
+            return cost
+    return None
