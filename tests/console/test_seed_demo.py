@@ -7,6 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from billing.models import PricePlan
+from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -30,16 +32,26 @@ def test_the_demo_has_a_university_two_departments_three_classes(settings, tmp_p
     assert Membership.objects.get(user__username="teacher2").tenant.slug == "sp-210"
     assert all(t.term_start and t.term_end for t in Tenant.objects.filter(kind="class"))
     assert Tenant.objects.get(slug="ml-101").quota.gpus == 4
+    # Every demo cluster has prices, so the App Center shows what a size costs.
+    assert set(PricePlan.objects.values_list("cluster__slug", flat=True)) == set(
+        Cluster.objects.values_list("slug", flat=True)
+    )
 
 
 def test_seeding_twice_adds_nothing_and_prints_the_same_password(settings, tmp_path) -> None:
     first = seed(settings, tmp_path)
-    counts = (Tenant.objects.count(), Membership.objects.count(), get_user_model().objects.count())
+    counts = (
+        Tenant.objects.count(),
+        Membership.objects.count(),
+        get_user_model().objects.count(),
+        PricePlan.objects.count(),
+    )
     second = seed(settings, tmp_path)
     assert counts == (
         Tenant.objects.count(),
         Membership.objects.count(),
         get_user_model().objects.count(),
+        PricePlan.objects.count(),
     )
     password = re.search(r"Password: (\S+)", first).group(1)
     assert f"Password: {password}" in second

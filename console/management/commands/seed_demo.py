@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from billing import demo as billing_demo
 from scheduling import demo as scheduling_demo
 from scheduling.inventory import sync_backend_nodes
 from tenants import services
@@ -146,6 +147,7 @@ class Command(BaseCommand):
         sync_backend_nodes(scheduling_demo.seed())
         sync_backend_nodes(scheduling_demo.seed_simulated())
         workloads_demo.seed(admin)
+        billing_demo.seed(admin)
 
     def _user(
         self,
