@@ -13,4 +13,6 @@ class BillingConfig(AppConfig):
         # After each commit: usage intervals opened and closed, ended work settled.
         lifecycle.on_transitions(metering.on_transitions)
         # Prices in the App Center, cost so far on the workload page.
-        costs.register(hourly=quotes.hourly_prices, so_far=quotes.cost_so_far)
+        costs.register(
+            hourly=quotes.hourly_prices, so_far=quotes.cost_so_far, spend=quotes.tenant_spend
+        )

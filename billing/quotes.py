@@ -17,10 +17,11 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
+from django.db.models import Sum
 from django.utils import timezone
 
 from billing import pricing
-from billing.models import PricePlan, UsageInterval
+from billing.models import Account, LedgerEntry, PricePlan, UsageInterval
 from scheduling.inventory import free_nodes, queue_for
 from scheduling.placement import share_milli
 from workloads.costs import Cost
@@ -104,3 +105,13 @@ def cost_so_far(workload: Any) -> Cost | None:
         if interval.ended_at is None:
             per_hour = _per_hour(versions, interval, now)
     return Cost(amount=total, per_hour=per_hour, at=now)
+
+
+def tenant_spend(tenant: Any) -> Decimal | None:
+    """The ledger total of the tenant's account (what it paid for, corrections included);
+    None where it has no account yet (nothing was ever billed to it)."""
+    account = Account.objects.filter(tenant=tenant).first()
+    if account is None:
+        return None
+    total = LedgerEntry.objects.filter(account=account).aggregate(total=Sum("amount"))["total"]
+    return total or Decimal(0)

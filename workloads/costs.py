@@ -16,9 +16,11 @@ from typing import Any
 
 HourlyPrices = Callable[[Any, Sequence[Any], Any], dict[int, Decimal]]
 CostSoFar = Callable[[Any], "Cost | None"]
+TenantSpend = Callable[[Any], "Decimal | None"]
 
 _hourly: list[HourlyPrices] = []
 _so_far: list[CostSoFar] = []
+_spend: list[TenantSpend] = []
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,18 @@ class Cost:
     at: Any  # datetime
 
 
-def register(*, hourly: HourlyPrices | None = None, so_far: CostSoFar | None = None) -> None:
+def register(
+    *,
+    hourly: HourlyPrices | None = None,
+    so_far: CostSoFar | None = None,
+    spend: TenantSpend | None = None,
+) -> None:
     if hourly is not None and hourly not in _hourly:
         _hourly.append(hourly)
     if so_far is not None and so_far not in _so_far:
         _so_far.append(so_far)
+    if spend is not None and spend not in _spend:
+        _spend.append(spend)
 
 
 def hourly_prices(cluster: Any, flavors: Sequence[Any], grant: Any = None) -> dict[int, Decimal]:
@@ -53,4 +62,13 @@ def cost_so_far(workload: Any) -> Cost | None:
         cost = answer(workload)
         if cost is not None:
             return cost
+    return None
+
+
+def spend_of(tenant: Any) -> Decimal | None:
+    """What the tenant (a class) has been charged as payer, all told; None: not billed."""
+    for answer in _spend:
+        spent = answer(tenant)
+        if spent is not None:
+            return spent
     return None

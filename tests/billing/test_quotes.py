@@ -75,3 +75,26 @@ def test_the_workload_page_shows_the_cost_so_far_and_stops_counting_at_the_end(
     assert ended is not None and ended.per_hour is None and ended.amount == charged
     page = signed_in(world.bob).get(reverse("workload", args=[w.pk])).content.decode()
     assert 'data-per-hour=""' in page and "/hour)" not in page
+
+
+def test_the_teacher_sees_what_was_charged_to_the_class(
+    world, catalog, backend, run, priced
+) -> None:
+    teacher = signed_in(world.alice)
+    url = reverse("teaching-class", args=[world.class_a.slug])
+    assert 'data-role="spend"' not in teacher.get(url).content.decode()  # never billed yet
+    w = run(
+        workload_services.launch_environment,
+        actor=world.bob,
+        template=catalog.jupyter,
+        flavor=catalog.gpu,
+    )
+    run(workload_services.stop, actor=world.bob, workload=w)
+    charged = sum(i.charged for i in UsageInterval.objects.filter(workload=w))
+    page = teacher.get(url).content.decode()
+    assert f"{charged:.2f} charged to the class" in page
+    # A student, of this class or another, gets no class page at all.
+    for outsider in (world.bob, world.charlie):
+        response = signed_in(outsider).get(url)
+        assert response.status_code in (403, 404)
+        assert "charged to the class" not in response.content.decode()
