@@ -58,20 +58,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-
+def start_portal(password: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """The embedded portal (SQLite, in-process tasks, local backend) with a fresh data
+    directory and the demo data, on a free port: the server, its address, its data dir."""
     data = Path(tempfile.mkdtemp(prefix="quanta-bench-"))
     port = free_port()
     env = {
         **os.environ,
         "DEBUG": "true",
         "DATA_DIR": str(data),
-        "DEMO_PASSWORD": "bench-pass",
+        "DEMO_PASSWORD": password,
         "LOG_LEVEL": "WARNING",
+        **extra_env,
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
@@ -84,7 +82,16 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    base = f"http://127.0.0.1:{port}"
+    return server, f"http://127.0.0.1:{port}", data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    server, base, _data = start_portal("bench-pass")
     to_running: list[float] = []
     to_page: list[float] = []
     try:

@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +34,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from launch import _up, free_port, manage, percentile, wait  # noqa: E402
+from launch import _up, percentile, start_portal, wait  # noqa: E402
 
 PASSWORD = "bench-pass"
 FLAVOR = {"label": "½ CPU, 1 GiB"}  # the demo's cpu-small
@@ -177,28 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     apps = [app.strip() for app in args.apps.split(",") if app.strip()]
 
-    data = Path(tempfile.mkdtemp(prefix="quanta-bench-"))
-    port = free_port()
-    env = {
-        **os.environ,
-        "DEBUG": "true",
-        "DATA_DIR": str(data),
-        "DEMO_PASSWORD": PASSWORD,
-        "LOG_LEVEL": "WARNING",
-        "SSH_GATEWAY_PORT": "0",
-    }
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    manage(env, "migrate", "--noinput")
-    manage(env, "seed_demo")
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base, data = start_portal(PASSWORD, SSH_GATEWAY_PORT="0")
     lines = [
         "| app | click → Running p50 (s) | p90 (s) | click → usable p50 (s) | p90 (s) | runs |",
         "|---|---|---|---|---|---|",

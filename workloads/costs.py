@@ -47,27 +47,29 @@ def register(
         _spend.append(spend)
 
 
+def _first(answers: Sequence[Callable[..., Any]], *args: Any) -> Any:
+    """The first registered answer that knows (not None, not empty)."""
+    for answer in answers:
+        found = answer(*args)
+        if found:
+            return found
+    return None
+
+
 def hourly_prices(cluster: Any, flavors: Sequence[Any], grant: Any = None) -> dict[int, Decimal]:
     """Price per hour now of each flavor (by pk) on ``cluster`` under ``grant``; flavors with
     no price are left out."""
-    for answer in _hourly:
-        prices = answer(cluster, flavors, grant)
-        if prices:
-            return prices
-    return {}
+    return _first(_hourly, cluster, flavors, grant) or {}
 
 
 def cost_so_far(workload: Any) -> Cost | None:
-    for answer in _so_far:
-        cost = answer(workload)
-        if cost is not None:
-            return cost
-    return None
+    cost: Cost | None = _first(_so_far, workload)
+    return cost
 
 
 def spend_of(tenant: Any) -> Decimal | None:
     """What the tenant (a class) has been charged as payer, all told; None: not billed."""
-    for answer in _spend:
+    for answer in _spend:  # Decimal(0) is an answer: charged nothing yet
         spent = answer(tenant)
         if spent is not None:
             return spent

@@ -11,6 +11,7 @@ import pytest
 
 from billing.models import PricePlan
 from tests.workloads.conftest import backend, catalog, run  # noqa: F401 (fixtures)
+from workloads import services as workload_services
 
 T0 = dt.datetime(2025, 1, 6, 12, 0, tzinfo=dt.UTC)  # a Monday, noon
 
@@ -30,3 +31,18 @@ def priced(catalog: Any) -> PricePlan:  # noqa: F811 (the imported fixture)
         cpu_core_hour=Decimal("0.1000"),
         memory_gib_hour=Decimal("0.0100"),
     )
+
+
+@pytest.fixture
+def launch(world: Any, catalog: Any, run: Any) -> Any:  # noqa: F811 (the imported fixtures)
+    """Bob launches the catalog's JupyterLab in ``flavor``, as the services do."""
+
+    def call(flavor: Any) -> Any:
+        return run(
+            workload_services.launch_environment,
+            actor=world.bob,
+            template=catalog.jupyter,
+            flavor=flavor,
+        )
+
+    return call

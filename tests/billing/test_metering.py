@@ -21,14 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_workload_that_runs_and_stops_gets_one_closed_interval_and_its_charge(
-    world, catalog, backend, run, priced
+    world, catalog, backend, run, priced, launch
 ) -> None:
-    w = run(
-        workload_services.launch_environment,
-        actor=world.bob,
-        template=catalog.jupyter,
-        flavor=catalog.gpu,
-    )
+    w = launch(catalog.gpu)
     assert w.state == State.STARTING
     interval = UsageInterval.objects.get(workload=w)
     assert interval.ended_at is None and interval.account.tenant == world.class_a
@@ -51,14 +46,9 @@ def test_a_workload_that_runs_and_stops_gets_one_closed_interval_and_its_charge(
 
 
 def test_a_half_share_is_metered_as_the_share_admission_charged(
-    world, catalog, backend, run, priced
+    world, catalog, backend, run, priced, launch
 ) -> None:
-    w = run(
-        workload_services.launch_environment,
-        actor=world.bob,
-        template=catalog.jupyter,
-        flavor=catalog.half,
-    )
+    w = launch(catalog.half)
     interval = UsageInterval.objects.get(workload=w)
     # 500 compute, 20000 of 40960 MiB memory (489): the larger, never a whole GPU.
     assert (interval.gpus, interval.gpu_share_milli) == (0, 500)

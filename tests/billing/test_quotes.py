@@ -52,14 +52,9 @@ def test_without_a_price_plan_no_price_is_shown(world, catalog) -> None:
 
 
 def test_the_workload_page_shows_the_cost_so_far_and_stops_counting_at_the_end(
-    world, catalog, backend, run, priced
+    world, catalog, backend, run, priced, launch
 ) -> None:
-    w = run(
-        workload_services.launch_environment,
-        actor=world.bob,
-        template=catalog.jupyter,
-        flavor=catalog.gpu,
-    )
+    w = launch(catalog.gpu)
     backend.set(w.pk, Phase.RUNNING, last_activity=timezone.now())
     run(reconcile.reconcile, catalog.cluster)
     running = cost_so_far(w)
@@ -78,17 +73,12 @@ def test_the_workload_page_shows_the_cost_so_far_and_stops_counting_at_the_end(
 
 
 def test_the_teacher_sees_what_was_charged_to_the_class(
-    world, catalog, backend, run, priced
+    world, catalog, backend, run, priced, launch
 ) -> None:
     teacher = signed_in(world.alice)
     url = reverse("teaching-class", args=[world.class_a.slug])
     assert 'data-role="spend"' not in teacher.get(url).content.decode()  # never billed yet
-    w = run(
-        workload_services.launch_environment,
-        actor=world.bob,
-        template=catalog.jupyter,
-        flavor=catalog.gpu,
-    )
+    w = launch(catalog.gpu)
     run(workload_services.stop, actor=world.bob, workload=w)
     charged = sum(i.charged for i in UsageInterval.objects.filter(workload=w))
     page = teacher.get(url).content.decode()

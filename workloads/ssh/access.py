@@ -125,32 +125,29 @@ def refused(key: SshKey, username: str, client: str, why: str) -> None:
     )
 
 
+def _session_row(
+    action: str, key: SshKey, workload: Workload, client: str, what: str, **details: Any
+) -> None:
+    record(
+        action,
+        actor=key.user,
+        target=workload,
+        tenant=workload.tenant,
+        client=client,
+        fingerprint=key.fingerprint,
+        what=what,
+        **details,
+    )
+
+
 def session_started(
     key: SshKey, workload: Workload, client: str, what: str, **details: Any
 ) -> None:
-    record(
-        "ssh.session",
-        actor=key.user,
-        target=workload,
-        tenant=workload.tenant,
-        client=client,
-        fingerprint=key.fingerprint,
-        what=what,
-        **details,
-    )
+    _session_row("ssh.session", key, workload, client, what, **details)
 
 
 def session_ended(key: SshKey, workload: Workload, client: str, what: str, **details: Any) -> None:
-    record(
-        "ssh.session_end",
-        actor=key.user,
-        target=workload,
-        tenant=workload.tenant,
-        client=client,
-        fingerprint=key.fingerprint,
-        what=what,
-        **details,
-    )
+    _session_row("ssh.session_end", key, workload, client, what, **details)
 
 
 def used(workload_id: Any) -> None:
