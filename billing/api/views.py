@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.db.models import Count, DecimalField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 from django_filters import rest_framework as filters
@@ -30,8 +31,18 @@ from workloads.models import Grant
 
 # Filters by id, never model choices: django-filter's form in the browsable API would list every
 # workload and account of the portal as the choices of a dropdown.
+class IdFilter(filters.NumberFilter):
+    """A row id: a whole number in the database's range, else a 400 (not a 500 from the
+    database's integer overflow)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, min_value=1, max_value=2**63 - 1, **kwargs)
+
+
 class LedgerEntryFilter(filters.FilterSet):
-    account = filters.NumberFilter(field_name="account_id")
+    account = IdFilter(field_name="account_id")
     workload = filters.UUIDFilter(field_name="interval__workload_id")
 
     class Meta:
@@ -40,7 +51,7 @@ class LedgerEntryFilter(filters.FilterSet):
 
 
 class UsageIntervalFilter(filters.FilterSet):
-    account = filters.NumberFilter(field_name="account_id")
+    account = IdFilter(field_name="account_id")
     workload = filters.UUIDFilter(field_name="workload_id")
 
     class Meta:

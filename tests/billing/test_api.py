@@ -166,3 +166,12 @@ def test_a_grant_may_bill_only_a_tenant_its_teacher_manages(world, catalog, api)
         f"/api/v1/grants/{grant.pk}/", {"payer": "person"}, format="json"
     )
     assert person.status_code == 200 and person.json()["payer"] == "person"
+
+
+@pytest.mark.parametrize("value", ["-1.7976931348623157e+308", "1e400", "abc", "0", "2.5"])
+def test_a_filter_id_that_is_no_row_id_is_a_400(world, catalog, api, value) -> None:
+    """Found by the schema fuzzer: a huge number overflowed the database's integer (500)."""
+    for path in ("/api/v1/billing/usage-intervals/", "/api/v1/billing/ledger-entries/"):
+        response = api(world.bob).get(path, {"account": value})
+        assert response.status_code == 400, (path, value, response.content)
+        assert b"account" in response.content
