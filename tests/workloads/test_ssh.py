@@ -20,6 +20,7 @@ from typing import Any
 import asyncssh
 import psutil
 import pytest
+from django.db import OperationalError
 
 from core.models import AuditEvent
 from scheduling.backends import registry
@@ -243,7 +244,16 @@ def test_others_unknown_keys_missing_and_stopped_workloads_meet_the_same_refusal
             return str(process.exit_status)
 
     def stop_job() -> None:
-        services.stop(actor=world.bob, workload=Workload.objects.get(pk=job.pk))
+        # SQLite's shared-cache test database refuses a write while the gateway's thread
+        # writes (audit, activity) with "table is locked" at once, no busy wait: try again.
+        for attempt in range(20):
+            try:
+                services.stop(actor=world.bob, workload=Workload.objects.get(pk=job.pk))
+                break
+            except OperationalError as error:
+                if "locked" not in str(error) or attempt == 19:
+                    raise
+                time.sleep(0.1)
         wait_for(job.cluster, job, State.STOPPED, 40)
 
     ssh(session_ends_on_stop)
