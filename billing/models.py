@@ -172,7 +172,10 @@ class LedgerEntry(models.Model):
     """One immutable signed amount on an account: positive is owed (a charge), negative is
     given back. A mistake is answered with a correction entry, never an edit."""
 
-    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    # Indexed with created_at below (an account's entries in time order).
+    account = models.ForeignKey(
+        Account, on_delete=models.PROTECT, related_name="entries", db_index=False
+    )
     kind = models.CharField(max_length=12, choices=EntryKind.choices, default=EntryKind.CHARGE)
     amount = models.DecimalField(max_digits=18, decimal_places=6)
     interval = models.ForeignKey(
@@ -182,19 +185,38 @@ class LedgerEntry(models.Model):
     period_end = models.DateTimeField(null=True, blank=True)
     description = models.CharField(max_length=300)
     details = models.JSONField(default=dict, blank=True)  # the priced segments, names, rates
+    # Set on the few entries a person made (corrections, credits): partial indexes below,
+    # not an index entry for each of the 100,000 charges of a settlement tick.
     corrects = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="corrections"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="corrections",
+        db_index=False,
     )
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
 
     objects = LedgerEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "pk"]
         verbose_name_plural = "ledger entries"
+        indexes = [
+            models.Index(fields=["account", "created_at"], name="ledger_account_time"),
+            models.Index(
+                fields=["corrects"], condition=Q(corrects__isnull=False), name="ledger_corrects"
+            ),
+            models.Index(fields=["actor"], condition=Q(actor__isnull=False), name="ledger_actor"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.amount} {self.description}"

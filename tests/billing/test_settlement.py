@@ -4,19 +4,22 @@ windows; idempotent, crash-safe; the ledger never changes, corrections are new e
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import datetime as dt
 import itertools
 import random
+import zoneinfo
 from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.db.models import Sum
 
-from billing import services
+from billing import pricing, services
 from billing.models import LedgerEntry, UsageInterval
 from core.models import AuditEvent
 from tests.billing.conftest import T0, plan
@@ -24,6 +27,7 @@ from tests.billing.conftest import T0, plan
 pytestmark = pytest.mark.django_db
 
 H = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 
 
 @pytest.fixture(autouse=True)
@@ -145,6 +149,78 @@ def test_an_interval_closed_behind_its_watermark_gets_the_difference_back(
         Decimal("-3.000000"),
         Decimal("6.000000"),
     ]
+
+
+def test_a_span_across_the_start_of_a_month_is_charged_once_per_month(
+    world, catalog, settings
+) -> None:
+    """Each month's statement gets its own part: no entry straddles the local midnight that
+    starts a month, and the parts add up to the whole, rounded once."""
+    settings.TIME_ZONE = "Asia/Shanghai"  # the month starts at 16:00 UTC the day before
+    plan(catalog.cluster, T0 - 60 * 24 * H, gpu_hour=Decimal("3.3333"))
+    midnight = dt.datetime(2025, 2, 1, tzinfo=zoneinfo.ZoneInfo("Asia/Shanghai"))
+    start = midnight - dt.timedelta(minutes=100)
+    row = interval(world, catalog.cluster, start, None, gpus=1, gpu_share_milli=489)
+    services.settle(midnight + dt.timedelta(minutes=50))
+    january, february = LedgerEntry.objects.order_by("period_start")
+    assert (january.period_start, january.period_end) == (start, midnight)
+    assert (february.period_start, february.period_end) == (midnight, midnight + 50 * MINUTE)
+    whole = Fraction("3.3333") * Fraction(1489, 1000) * Fraction(150, 60)
+    assert january.amount + february.amount == pricing.round_amount(whole)
+    assert january.amount == pricing.round_amount(whole * Fraction(100, 150))
+    row.refresh_from_db()
+    assert row.charged == january.amount + february.amount
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_price_timeline_costs_any_span_as_its_pieces_do(seed: int) -> None:
+    """``pricing.Timeline`` (settlement's prefix sums) gives exactly the integers of summing
+    the span's pieces one by one, for random plans, windows, holdings and spans."""
+    rng = random.Random(seed)
+    tz = zoneinfo.ZoneInfo(rng.choice(["UTC", "Asia/Shanghai", "America/New_York"]))
+    versions = []
+    at = T0 - 10 * 24 * H
+    for i in range(rng.randrange(1, 5)):
+        at += dt.timedelta(seconds=rng.randrange(3600, 4 * 24 * 3600))
+        window = rng.choice([None, (dt.time(0), dt.time(7)), (dt.time(22, 30), dt.time(6))])
+        versions.append(
+            pricing.Version(
+                plan_id=i,
+                start=at,
+                end=None,
+                gpu_hour=rng.randrange(0, 50_000),
+                gpu_hour_by_model={"A100": rng.randrange(0, 90_000)},
+                cpu_core_hour=rng.randrange(0, 5_000),
+                memory_gib_hour=rng.randrange(0, 500),
+                priority_multipliers={"low": 5_000},
+                queue_multipliers={"research": 12_500},
+                offpeak=window,
+                offpeak_multiplier=rng.choice([0, 2_500, 5_000]) if window else pricing.P4,
+            )
+        )
+    versions = [
+        dataclasses.replace(v, end=versions[i + 1].start if i + 1 < len(versions) else None)
+        for i, v in enumerate(versions)
+    ]
+    begin, finish = T0 - 12 * 24 * H, T0 + 6 * 24 * H
+    line = pricing.Timeline(versions, begin, finish, tz)
+    for _ in range(200):
+        a = begin + dt.timedelta(microseconds=rng.randrange(0, 18 * 24 * 3600 * 10**6))
+        b = min(finish, a + dt.timedelta(seconds=rng.randrange(0, 5 * 24 * 3600)))
+        held = SimpleNamespace(
+            gpus=rng.choice([0, 1, 4]),
+            gpu_share_milli=rng.choice([0, 250, 489]),
+            gpu_model=rng.choice(["A100", "V100"]),
+            cpu_milli=rng.choice([0, 500, 4000]),
+            memory_mib=rng.choice([0, 1536, 16384]),
+            priority_class=rng.choice(["", "low"]),
+            queue=rng.choice(["", "research"]),
+        )
+        pieces = pricing.segments(versions, a, b, tz)
+        assert line.numerator(held, pricing.micros(a), pricing.micros(b)) == (
+            pricing.cost_numerator(held, pieces)
+        )
+        assert [(lo, hi) for lo, hi, _, _ in line.clip(a, b)] == [(p.start, p.end) for p in pieces]
 
 
 def test_ledger_entries_are_never_changed_and_corrections_are_new_entries(
