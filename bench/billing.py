@@ -21,12 +21,15 @@ tables of that database are emptied first (use a database of its own).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import nullcontext
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,28 @@ def build(n: int, now: dt.datetime) -> None:
     UsageInterval.objects.bulk_create(rows, batch_size=2000)
 
 
+@contextlib.contextmanager
+def copies_counted(counts: list[int]) -> Iterator[None]:
+    """Append the number of COPY statements run inside (they do not pass Django's execute
+    wrappers) to ``counts``."""
+    import psycopg
+
+    seen = 0
+    real = psycopg.ClientCursor.copy
+
+    def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal seen
+        seen += 1
+        return real(self, *args, **kwargs)
+
+    psycopg.ClientCursor.copy = copy  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        psycopg.ClientCursor.copy = real  # type: ignore[method-assign]
+        counts.append(seen)
+
+
 def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
     """One tick's seconds and statements. Statements are counted by an execute wrapper
     (``CaptureQueriesContext`` formats every statement with its parameters, which on SQLite
@@ -131,10 +156,13 @@ def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
         count += 1
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(counted):
+    copies: list[int] = []
+    postgres = connection.vendor == "postgresql"
+    with connection.execute_wrapper(counted), copies_counted(copies) if postgres else nullcontext():
         began = time.perf_counter()
         done = services.settle(now, batch_size=batch)
         seconds = time.perf_counter() - began
+    count += sum(copies)
     return {
         "tick": label,
         "seconds": round(seconds, 2),
