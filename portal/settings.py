@@ -52,6 +52,10 @@ LOCAL_SANDBOX_NETWORK = envchoice("LOCAL_SANDBOX_NETWORK", "host", ("host", "non
 LOCAL_SANDBOX_PIDS_MAX = envint("LOCAL_SANDBOX_PIDS_MAX", 4096, minimum=16)
 LOCAL_CGROUP_PARENT = envstr("LOCAL_CGROUP_PARENT", "")
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
+# Datasets (workloads.datasets): registered folders live under DATASETS_DIR; uploads are
+# unpacked into its "uploads" folder, each at most DATASET_UPLOAD_MAX_MB unpacked.
+DATASETS_DIR = Path(envstr("DATASETS_DIR", str(DATA_DIR / "datasets"))).resolve()
+DATASET_UPLOAD_MAX_MB = envint("DATASET_UPLOAD_MAX_MB", 1024, minimum=1)
 
 INSTALLED_APPS = [
     "daphne",

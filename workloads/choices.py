@@ -58,3 +58,11 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+
+class Visibility(models.TextChoices):
+    """Who may see and mount a dataset (and, later, a model)."""
+
+    PRIVATE = "private", _("Only me")
+    TENANT = "tenant", _("A class, project or department")
+    PUBLIC = "public", _("Everyone on the portal")

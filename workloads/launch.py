@@ -22,6 +22,7 @@ from core.text import unstorable
 from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
+from workloads import datasets as datasets_service
 from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, WorkloadKind
 from workloads.constants import check_env_limits
@@ -78,9 +79,16 @@ def default_cluster() -> Cluster:
 
 
 def launch_environment(
-    *, actor: Any, template: AppTemplate, flavor: Flavor | None = None, name: str = ""
+    *,
+    actor: Any,
+    template: AppTemplate,
+    flavor: Flavor | None = None,
+    name: str = "",
+    datasets: Sequence[Any] | None = None,
 ) -> Workload:
-    """Start a notebook / IDE from a template granted to ``actor``."""
+    """Start a notebook / IDE from a template granted to ``actor``, with the ``datasets``
+    (slugs) it mounts read-only."""
+    mounted = datasets_service.for_launch(actor, datasets)
     grants = [g for g in grants_for(actor) if g.template_id == template.pk]
     if not grants:
         raise ValidationError(
@@ -125,6 +133,7 @@ def launch_environment(
             priority=grant.priority_class.value if grant.priority_class else 0,
             **payer_for(grant, actor),
         )
+        workload.datasets.set(mounted)
         created(
             workload, actor=actor, reason=R.LAUNCHED(template=template.name, flavor=flavor.name)
         )
@@ -191,9 +200,12 @@ def submit_job(
     env: dict[str, Any] | None = None,
     workers: int = 1,
     max_retries: int = 0,
+    datasets: Sequence[Any] | None = None,
 ) -> Workload:
-    """A training job: ``workers`` tasks started together (gang), each running ``command``."""
+    """A training job: ``workers`` tasks started together (gang), each running ``command``,
+    with the ``datasets`` (slugs) mounted read-only."""
     argv = parse_command(command)
+    mounted = datasets_service.for_launch(actor, datasets)
     variables = check_env(env)
     if not 1 <= workers <= MAX_WORKERS:
         raise ValidationError({"workers": _("must be between 1 and %(n)s") % {"n": MAX_WORKERS}})
@@ -228,6 +240,7 @@ def submit_job(
             priority=grant.priority_class.value if grant.priority_class else 0,
             **payer_for(grant, actor),
         )
+        workload.datasets.set(mounted)
         created(
             workload,
             actor=actor,

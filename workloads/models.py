@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
-from workloads.choices import ACTIVE, AppKind, PayerKind, State, WorkloadKind
+from workloads.choices import ACTIVE, AppKind, PayerKind, State, Visibility, WorkloadKind
 from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN
 
 
@@ -208,6 +208,49 @@ class Grant(models.Model):
         return f"{self.template} → {self.tenant}"
 
 
+class Dataset(models.Model):
+    """A folder of data that workloads mount read-only at ``/datasets/<slug>``: one an admin
+    registered on the host (under ``DATASETS_DIR``) or an archive someone uploaded. Who may
+    see and mount it: ``visibility`` (``workloads.datasets.visible_to``). On Kubernetes the
+    same data is a claim (``claim``, optionally ``sub_path`` in it), mounted read-only."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, max_length=5000)
+    licence = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="datasets"
+    )
+    visibility = models.CharField(
+        max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    path = models.CharField(max_length=500, help_text=_("Relative to DATASETS_DIR."))
+    claim = models.CharField(max_length=253, blank=True)  # Kubernetes PersistentVolumeClaim
+    sub_path = models.CharField(max_length=500, blank=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    files = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(visibility="tenant") | Q(tenant__isnull=False),
+                name="dataset_tenant_visibility_names_a_tenant",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def mount_path(self) -> str:
+        return f"/datasets/{self.slug}"
+
+
 class Workload(models.Model):
     """A notebook, job or model server: one row from launch to its end."""
 
@@ -232,6 +275,7 @@ class Workload(models.Model):
         Image, null=True, blank=True, on_delete=models.SET_NULL, related_name="workloads"
     )
     command = models.JSONField(default=list, blank=True)  # argv of each task (jobs)
+    datasets = models.ManyToManyField(Dataset, blank=True, related_name="workloads")
     env = models.JSONField(default=dict, blank=True)
     workers = models.PositiveSmallIntegerField(default=1)
     max_retries = models.PositiveSmallIntegerField(default=0)

@@ -9,10 +9,11 @@ from typing import Any
 
 from django.conf import settings
 
-from scheduling.backends.base import Handle, Resources, TaskPlacement, WorkloadSpec
+from scheduling.backends.base import DatasetMount, Handle, Resources, TaskPlacement, WorkloadSpec
 from scheduling.inventory import queue_for
 from scheduling.models import Allocation
 from tenants.quota import Request
+from workloads import datasets
 from workloads.choices import WorkloadKind
 from workloads.models import Flavor, Workload
 
@@ -87,6 +88,16 @@ def spec_for(workload: Workload) -> WorkloadSpec:
         queue=queue_for(workload.cluster, workload.tenant),
         labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
         program=tuple(template.program.split()) if template else (),
+        datasets=tuple(
+            DatasetMount(
+                name=dataset.slug,
+                target=dataset.mount_path,
+                source=str(folder),
+                claim=dataset.claim,
+                sub_path=dataset.sub_path,
+            )
+            for dataset, folder in datasets.mounts(list(workload.datasets.order_by("slug")))
+        ),
     )
 
 

@@ -53,6 +53,18 @@ class TaskPlacement:
 
 
 @dataclass(frozen=True)
+class DatasetMount:
+    """A dataset a workload sees read-only at ``target`` (``/datasets/<slug>``): the folder
+    ``source`` on the host (local), or the claim ``claim`` (with ``sub_path``) on Kubernetes."""
+
+    name: str
+    target: str
+    source: str = ""
+    claim: str = ""
+    sub_path: str = ""
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     workload_id: str  # a UUID; every name the backend makes derives from it
     kind: str  # "notebook", "job" or "serving"
@@ -72,6 +84,7 @@ class WorkloadSpec:
     priority: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     program: tuple[str, ...] = ()  # desktops: the program (argv) the desktop starts
+    datasets: tuple[DatasetMount, ...] = ()  # mounted read-only
 
 
 @dataclass

@@ -364,6 +364,9 @@ class LocalBackend:
                 "This host runs workloads only in a sandbox (LOCAL_SANDBOX=required), "
                 f"and bubblewrap is not usable: {problem}."
             )
+        for mount in spec.datasets:
+            if not Path(mount.source).is_dir():
+                raise BackendError(f"the dataset {mount.name} is missing on this host")
         if spec.kind == "job":
             if not spec.command:
                 raise BackendError("a job needs a command to run")
@@ -547,6 +550,7 @@ class LocalBackend:
                 run_dir=self._run_dir(workdir),
                 python=self.python,
                 readonly_paths=self.readonly_paths,
+                readonly_binds=[(mount.source, mount.target) for mount in spec.datasets],
                 network=self.sandbox_network,
                 gpu_devices=bool(placement.gpu_indices),
                 mps_pipe_directory=mps if placement.gpu_indices else None,
@@ -606,6 +610,10 @@ class LocalBackend:
             QUANTA_WORKLOAD_ID=spec.workload_id,  # stop finds every process by it
             QUANTA_ATTEMPT=str(spec.attempt),
         )
+        sandboxed = self._detected()[0].sandbox
+        for mount in spec.datasets:  # where each dataset is seen: bound in, or the host's
+            variable = "DATASET_" + re.sub(r"[^A-Z0-9]", "_", mount.name.upper())
+            env[variable] = mount.target if sandboxed else mount.source
         if spec.resources.gpu_milli:
             env["QUANTA_GPU_MILLI"] = str(spec.resources.gpu_milli)
             env["QUANTA_GPU_MEMORY_MIB"] = str(spec.resources.gpu_memory_mib)

@@ -10,7 +10,7 @@ from workloads import windows
 from workloads.choices import State, WorkloadKind
 from workloads.constants import MAX_ENV_VARIABLES, MAX_LOG_OFFSET, check_env_limits
 from workloads.launch import MAX_WORKERS
-from workloads.models import AppTemplate, Flavor, Grant, Image, Workload, WorkloadEvent
+from workloads.models import AppTemplate, Dataset, Flavor, Grant, Image, Workload, WorkloadEvent
 
 
 # The catalog's JSON columns, typed: a list of names, an environment, ports. (A bare
@@ -187,6 +187,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
         slug_field="slug", read_only=True
     )
     open_url = serializers.SerializerMethodField()
+    datasets: serializers.SlugRelatedField[Dataset] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, many=True
+    )
 
     class Meta:
         model = Workload
@@ -208,6 +211,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "env",
             "workers",
             "max_retries",
+            "datasets",
             "attempt",
             "exit_code",
             "created_at",
@@ -238,6 +242,12 @@ class LaunchSerializer(serializers.Serializer):
         slug_field="slug", queryset=Flavor.objects.all(), required=False, allow_null=True
     )
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    datasets = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=16,
+        help_text="slugs of datasets you may use, mounted read-only at /datasets/<slug>",
+    )
 
 
 class JobSerializer(serializers.Serializer):
@@ -252,6 +262,12 @@ class JobSerializer(serializers.Serializer):
     )
     workers = serializers.IntegerField(default=1)
     max_retries = serializers.IntegerField(default=0)
+    datasets = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        max_length=16,
+        help_text="slugs of datasets you may use, mounted read-only at /datasets/<slug>",
+    )
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         return _check_env(value, "env")

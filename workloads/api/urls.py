@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from workloads.api import views
+from workloads.api import datasets, views
 
 app_name = "workloads-api"
 
@@ -11,5 +11,6 @@ router.register("templates", views.AppTemplateViewSet, basename="template")
 router.register("grants", views.GrantViewSet, basename="grant")
 router.register("app-center", views.AppCenterViewSet, basename="app-center")
 router.register("workloads", views.WorkloadViewSet, basename="workload")
+router.register("datasets", datasets.DatasetViewSet, basename="dataset")
 
 urlpatterns = router.urls

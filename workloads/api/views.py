@@ -173,8 +173,10 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     ordering_fields = ["created_at", "state"]
 
     def get_queryset(self) -> QuerySet[Workload]:
-        return Workload.objects.filter(visible_workloads(self.request.user)).select_related(
-            "owner", "tenant", "cluster", "template", "flavor"
+        return (
+            Workload.objects.filter(visible_workloads(self.request.user))
+            .select_related("owner", "tenant", "cluster", "template", "flavor")
+            .prefetch_related("datasets")
         )
 
     @extend_schema(

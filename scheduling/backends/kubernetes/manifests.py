@@ -693,6 +693,20 @@ def _volumes(spec: WorkloadSpec, config: KubernetesConfig) -> tuple[list[Manifes
         mounts.append(
             {"name": volume, "mountPath": dataset.mount_path, "readOnly": dataset.read_only}
         )
+    # The portal's datasets chosen for this workload: each a claim, always read-only.
+    for index, granted in enumerate(spec.datasets):
+        if not granted.claim:
+            raise ManifestError(
+                f"the dataset {granted.name} has no claim on this cluster: an admin sets its "
+                "Kubernetes claim first"
+            )
+        volume = f"granted-{index}"
+        claim = {"claimName": granted.claim, "readOnly": True}
+        volumes.append({"name": volume, "persistentVolumeClaim": claim})
+        mount = {"name": volume, "mountPath": granted.target, "readOnly": True}
+        if granted.sub_path:
+            mount["subPath"] = granted.sub_path
+        mounts.append(mount)
     # Shared memory for data loaders: the container runtime's 64 MiB default breaks PyTorch.
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})

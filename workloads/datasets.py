@@ -1,0 +1,333 @@
+"""Datasets: register a folder or unpack an uploaded archive, decide who may see and mount
+each, and choose the ones a workload mounts.
+
+A dataset is a folder under ``settings.DATASETS_DIR``. An admin registers one that is
+already there (``register_folder``: the path must resolve inside that folder, so no symlink
+or ``..`` reaches the rest of the host); anyone uploads a ``.zip`` or ``.tar(.gz)``
+(``upload_archive``: unpacked into ``uploads/<uuid>/``, entries that would land outside it,
+links and devices refused, at most ``DATASET_UPLOAD_MAX_MB`` unpacked, and nothing kept on
+a refusal).
+
+Who sees and mounts one (``visible_to``): its owner; for ``tenant`` visibility everyone with
+a role in that tenant's subtree (a department's dataset reaches its classes) and the admins
+above it; everyone for ``public``; superusers all. Sharing with a tenant takes a managing
+role on it (teacher, TA, admin); public takes an admin. A workload mounts the datasets
+chosen at launch (``for_launch``: each must be visible to the person launching), read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import uuid
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils.text import slugify
+from django.utils.translation import gettext as _
+
+from core.audit import record
+from tenants.models import Tenant
+from tenants.permissions import Access
+from workloads.choices import ACTIVE, Visibility
+from workloads.models import Dataset
+
+MAX_DATASETS_PER_WORKLOAD = 16
+EDITABLE = ("name", "description", "licence", "visibility", "tenant", "claim", "sub_path")
+
+
+def root() -> Path:
+    return Path(settings.DATASETS_DIR)
+
+
+def visible_to(user: Any) -> QuerySet[Dataset]:
+    """The datasets ``user`` may see and mount."""
+    access = Access.of(user)
+    datasets = Dataset.objects.select_related("owner", "tenant")
+    if access.is_superuser:
+        return datasets
+    if access.user_id is None:
+        return datasets.none()
+    shared = Q(visibility=Visibility.PUBLIC) | Q(owner_id=access.user_id)
+    # A role on the tenant or above it (an admin of the department sees its classes'), or
+    # on a tenant below it (a class's student sees the department's dataset).
+    for path in access.roles:
+        shared |= Q(visibility=Visibility.TENANT, tenant__path__startswith=path)
+        ids = [int(part) for part in path.strip("/").split("/") if part]
+        shared |= Q(visibility=Visibility.TENANT, tenant_id__in=ids)
+    return datasets.filter(shared)
+
+
+def can_change(user: Any, dataset: Dataset) -> bool:
+    access = Access.of(user)
+    return access.is_superuser or dataset.owner_id == access.user_id
+
+
+def _check_sharing(access: Access, visibility: Any, tenant: Tenant | None) -> None:
+    if visibility not in Visibility.values:
+        raise ValidationError(
+            {"visibility": _("must be one of %(v)s") % {"v": ", ".join(Visibility.values)}}
+        )
+    if visibility == Visibility.TENANT:
+        if tenant is None:
+            raise ValidationError({"tenant": _("name the class or project to share it with")})
+        if not access.can_manage(tenant):
+            raise ValidationError(
+                {"tenant": _("you do not teach or manage %(t)s") % {"t": tenant.name}}
+            )
+    elif visibility == Visibility.PUBLIC and not access.administers_anything():
+        raise ValidationError({"visibility": _("only an admin shares a dataset with everyone")})
+
+
+def _slug(name: str, slug: str | None) -> str:
+    value = slugify(slug or name)[:64].strip("-")
+    if not value:
+        raise ValidationError({"slug": _("give a name with letters or digits")})
+    if Dataset.objects.filter(slug=value).exists():
+        raise ValidationError({"slug": _("a dataset named %(s)s exists already") % {"s": value}})
+    return value
+
+
+def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError({name: _("must be text")})
+    value = value.strip()
+    if required and not value:
+        raise ValidationError({name: _("This field is required.")})
+    if len(value) > limit:
+        raise ValidationError({name: _("must be at most %(n)s characters") % {"n": limit}})
+    return value
+
+
+def _measure(folder: Path) -> tuple[int, int]:
+    size = files = 0
+    for base, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                size += (Path(base) / name).lstat().st_size
+                files += 1
+            except OSError:
+                continue
+    return size, files
+
+
+def _create(
+    *, actor: Any, path: str, name: Any, slug: Any, fields: dict[str, Any], how: str
+) -> Dataset:
+    access = Access.of(actor)
+    name = _text("name", name, 200, required=True)
+    visibility = fields.get("visibility") or Visibility.PRIVATE
+    tenant = fields.get("tenant")
+    _check_sharing(access, visibility, tenant)
+    with transaction.atomic():
+        dataset = Dataset.objects.create(
+            slug=_slug(name, slug if isinstance(slug, str) else None),
+            name=name,
+            description=_text("description", fields.get("description"), 5000),
+            licence=_text("licence", fields.get("licence"), 200),
+            owner=actor,
+            visibility=visibility,
+            tenant=tenant if visibility == Visibility.TENANT else None,
+            path=path,
+            claim=_text("claim", fields.get("claim"), 253),
+            sub_path=_text("sub_path", fields.get("sub_path"), 500),
+            **dict(zip(("size_bytes", "files"), _measure(root() / path), strict=True)),
+        )
+        record(
+            "dataset.create",
+            actor=actor,
+            target=dataset,
+            tenant=dataset.tenant,
+            how=how,
+            path=path,
+            visibility=visibility,
+        )
+    return dataset
+
+
+def register_folder(
+    *, actor: Any, path: Any, name: Any, slug: Any = None, **fields: Any
+) -> Dataset:
+    """A folder already under ``DATASETS_DIR`` as a dataset. Admins only."""
+    if not Access.of(actor).administers_anything():
+        raise PermissionDenied(_("Only an admin registers a folder of the host."))
+    relative = _text("path", path, 500, required=True)
+    base = root().resolve()
+    folder = (base / relative).resolve()
+    if folder != base and base not in folder.parents:
+        raise ValidationError({"path": _("must be a folder inside %(root)s") % {"root": base}})
+    if not folder.is_dir():
+        raise ValidationError({"path": _("%(path)s is not a folder") % {"path": folder}})
+    return _create(
+        actor=actor,
+        path=str(folder.relative_to(base)),
+        name=name,
+        slug=slug,
+        fields=fields,
+        how="folder",
+    )
+
+
+def upload_archive(
+    *, actor: Any, archive: IO[bytes], filename: str, name: Any, slug: Any = None, **fields: Any
+) -> Dataset:
+    """An uploaded ``.zip``, ``.tar``, ``.tar.gz`` or ``.tgz``, unpacked as a new dataset."""
+    if not Access.of(actor).user_id:
+        raise PermissionDenied(_("Sign in to upload a dataset."))
+    _check_sharing(
+        Access.of(actor), fields.get("visibility") or Visibility.PRIVATE, fields.get("tenant")
+    )
+    relative = f"uploads/{uuid.uuid4().hex}"
+    target = root() / relative
+    target.mkdir(parents=True)
+    try:
+        _unpack(archive, filename, target, settings.DATASET_UPLOAD_MAX_MB * 1024 * 1024)
+        return _create(
+            actor=actor, path=relative, name=name, slug=slug, fields=fields, how="upload"
+        )
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _unpack(archive: IO[bytes], filename: str, target: Path, limit: int) -> None:
+    lower = (filename or "").lower()
+    too_big = ValidationError(
+        {"file": _("the archive holds more than %(n)s MiB") % {"n": limit // (1024 * 1024)}}
+    )
+    if lower.endswith(".zip"):
+        try:
+            bundle = zipfile.ZipFile(archive)
+        except zipfile.BadZipFile:
+            raise ValidationError({"file": _("not a readable zip archive")}) from None
+        with bundle:
+            members = bundle.infolist()
+            if sum(m.file_size for m in members) > limit:
+                raise too_big
+            for member in members:
+                if (member.external_attr >> 16) & 0o170000 == 0o120000:
+                    raise ValidationError(
+                        {"file": _("the archive holds a link: %(n)s") % {"n": member.filename}}
+                    )
+                destination = _inside(target, member.filename)
+                if member.is_dir():
+                    destination.mkdir(parents=True, exist_ok=True)
+                    continue
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                with bundle.open(member) as source, open(destination, "wb") as out:
+                    shutil.copyfileobj(source, out)
+        return
+    if lower.endswith((".tar", ".tar.gz", ".tgz")):
+        try:
+            bundle_tar = tarfile.open(fileobj=archive, mode="r:*")  # noqa: SIM115 (with below)
+        except tarfile.TarError:
+            raise ValidationError({"file": _("not a readable tar archive")}) from None
+        with bundle_tar:
+            members_tar = bundle_tar.getmembers()
+            if sum(m.size for m in members_tar) > limit:
+                raise too_big
+            for info in members_tar:
+                if not (info.isfile() or info.isdir()):
+                    raise ValidationError(
+                        {"file": _("the archive holds a link or device: %(n)s") % {"n": info.name}}
+                    )
+                _inside(target, info.name)
+            bundle_tar.extractall(target, filter="data")
+        return
+    raise ValidationError({"file": _("upload a .zip, .tar, .tar.gz or .tgz archive")})
+
+
+def _inside(target: Path, name: str) -> Path:
+    destination = (target / name).resolve()
+    if destination != target.resolve() and target.resolve() not in destination.parents:
+        raise ValidationError({"file": _("the archive writes outside itself: %(n)s") % {"n": name}})
+    return destination
+
+
+@transaction.atomic
+def update(*, actor: Any, dataset: Dataset, **changes: Any) -> Dataset:
+    """Name, description, licence, sharing, Kubernetes claim. The owner or a superuser."""
+    if not can_change(actor, dataset):
+        raise PermissionDenied(_("Only the owner changes a dataset."))
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise ValidationError({k: _("cannot be changed") for k in sorted(unknown)})
+    limits = {"name": 200, "description": 5000, "licence": 200, "claim": 253, "sub_path": 500}
+    for key, limit in limits.items():
+        if key in changes:
+            setattr(dataset, key, _text(key, changes[key], limit, required=key == "name"))
+    if "visibility" in changes or "tenant" in changes:
+        visibility = changes.get("visibility", dataset.visibility)
+        tenant = changes.get("tenant", dataset.tenant)
+        _check_sharing(Access.of(actor), visibility, tenant)
+        dataset.visibility = visibility
+        dataset.tenant = tenant if visibility == Visibility.TENANT else None
+    dataset.save()
+    record(
+        "dataset.update",
+        actor=actor,
+        target=dataset,
+        tenant=dataset.tenant,
+        changed=sorted(changes),
+    )
+    return dataset
+
+
+@transaction.atomic
+def delete(*, actor: Any, dataset: Dataset) -> None:
+    """Forget a dataset no running workload mounts; an upload's files go with it."""
+    if not can_change(actor, dataset):
+        raise PermissionDenied(_("Only the owner deletes a dataset."))
+    if dataset.workloads.filter(state__in=ACTIVE).exists():
+        raise ValidationError({"dataset": _("workloads still mount it; stop them first")})
+    record("dataset.delete", actor=actor, target=dataset, tenant=dataset.tenant, slug=dataset.slug)
+    folder = root() / dataset.path
+    uploaded = dataset.path.startswith("uploads/")
+    dataset.delete()
+    if uploaded:
+        transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def for_launch(actor: Any, chosen: Iterable[Any] | None) -> list[Dataset]:
+    """The datasets named (slugs or ids) for a new workload, each visible to ``actor``; a
+    400 naming the first that is not (the same words whether it exists or not)."""
+    if not chosen:
+        return []
+    if isinstance(chosen, str | bytes) or not isinstance(chosen, Iterable):
+        raise ValidationError({"datasets": _("must be a list of dataset names")})
+    names = list(dict.fromkeys(chosen))
+    if len(names) > MAX_DATASETS_PER_WORKLOAD:
+        raise ValidationError(
+            {"datasets": _("at most %(n)s datasets") % {"n": MAX_DATASETS_PER_WORKLOAD}}
+        )
+    visible = visible_to(actor)
+    out = []
+    for name in names:
+        if isinstance(name, Dataset):
+            found = visible.filter(pk=name.pk).first()
+        elif isinstance(name, int) and not isinstance(name, bool):
+            found = visible.filter(pk=name).first()
+        elif isinstance(name, str):
+            found = visible.filter(slug=name.strip()).first()
+        else:
+            found = None
+        if found is None:
+            raise ValidationError(
+                {"datasets": _("no dataset %(name)s that you may use") % {"name": str(name)[:64]}}
+            )
+        out.append(found)
+    return out
+
+
+def mounts(datasets: Sequence[Dataset]) -> list[tuple[Dataset, Path]]:
+    """Each dataset with its folder on this host."""
+    return [(dataset, root() / dataset.path) for dataset in datasets]
