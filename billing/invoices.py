@@ -334,7 +334,7 @@ def _close(start: dt.datetime, end: dt.datetime, done: Closed, actor: Any) -> No
     closed = Invoice.objects.filter(period_start=start).values("account_id")
     # Lock the payers (another close waits here, then finds their invoices written).
     accounts = list(
-        Account.objects.select_for_update()
+        Account.objects.select_for_update(of=("self",))
         .filter(pk__in=pending.values("account_id"))
         .exclude(pk__in=closed)
         .order_by("pk")
