@@ -8,12 +8,15 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing import invoices, services
@@ -22,6 +25,7 @@ from billing.models import Invoice, InvoicedEntry, InvoiceLine, LedgerEntry, Usa
 from core.models import AuditEvent
 from portal.celery import app
 from tenants.choices import Role
+from tests.marks import requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -345,3 +349,54 @@ def test_local_midnight_decides_the_month(world, catalog, priced, settings) -> N
     settings.TIME_ZONE = "Asia/Shanghai"
     start, end = invoices.month_bounds(JAN)
     assert start == at(2024, 12, 31, 16) and end == at(2025, 1, 31, 16)
+
+
+def _payers(world: Any, catalog: Any, make_user: Any, n: int, first: int = 0) -> None:
+    for i in range(first, first + n):
+        person = make_user(f"payer{i}")
+        row = interval(world, catalog, at(2025, 1, 5), at(2025, 1, 5, 1), gpus=1, owner=person)
+        UsageInterval.objects.filter(pk=row.pk).update(account=services.account_for_user(person))
+
+
+def test_closing_costs_the_same_queries_for_3_or_30_payers(
+    world, catalog, priced, make_user
+) -> None:
+    _payers(world, catalog, make_user, 3)
+    services.settle(at(2025, 1, 6))
+    with CaptureQueriesContext(connection) as few:
+        assert invoices.close_month(JAN, now=at(2025, 2, 2)).invoices == 3
+    _payers(world, catalog, make_user, 30, first=3)
+    services.settle(at(2025, 1, 7))
+    with CaptureQueriesContext(connection) as many:
+        # The 30 new payers' January (the 3 are closed already).
+        assert invoices.close_month(JAN, now=at(2025, 2, 3)).invoices == 30
+    assert len(many.captured_queries) == len(few.captured_queries)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_closes_at_once_write_each_invoice_once(world, catalog, priced, make_user) -> None:
+    _payers(world, catalog, make_user, 20)
+    services.settle(at(2025, 1, 6))
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+    results: list[invoices.Closed] = []
+
+    def close() -> None:
+        try:
+            start.wait()
+            results.append(invoices.close_month(JAN, now=at(2025, 2, 2)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=close) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert sorted(r.invoices for r in results) == [0, 20]
+    assert Invoice.objects.count() == 20 and InvoicedEntry.objects.count() == 20
+    assert AuditEvent.objects.filter(action="invoice.close").count() == 20
