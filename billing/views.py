@@ -25,6 +25,13 @@ from tenants.permissions import Access
 LIST_LIMIT = 200
 
 
+def _id(pk: int) -> int:
+    """A row id from the URL, or not found (never the database's integer overflow)."""
+    if not 0 < pk < 2**63:
+        raise Http404
+    return pk
+
+
 def _show(
     request: AuthenticatedHttpRequest, item: invoices.Statement, name: str, mode: str
 ) -> HttpResponse:
@@ -53,16 +60,16 @@ def invoice_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     current = invoices.month_of(now)
     start, end = invoices.month_bounds(current)
     seen = invoices.accounts_seen_by(request.user)
-    open_totals = (
+    open_totals = list(
         LedgerEntry.objects.filter(invoices._live_entries(start, end, now), account__in=seen)
         .values("account_id")
         .annotate(total=Sum("amount"))
-        .order_by("account_id")
+        .order_by("account_id")[:LIST_LIMIT]
     )
     names = {
         account.pk: account.name
         for account in Account.objects.filter(
-            pk__in=[row["account_id"] for row in open_totals[:LIST_LIMIT]]
+            pk__in=[row["account_id"] for row in open_totals]
         ).select_related("tenant", "user")
     }
     terms = [
@@ -88,7 +95,7 @@ def invoice_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                     "name": names.get(row["account_id"], ""),
                     "total": invoices.cents(row["total"]),
                 }
-                for row in open_totals[:LIST_LIMIT]
+                for row in open_totals
             ],
             "terms": terms,
         },
@@ -98,7 +105,7 @@ def invoice_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @login_required
 def invoice_detail(request: AuthenticatedHttpRequest, pk: int, mode: str = "") -> HttpResponse:
-    invoice = get_object_or_404(invoices.invoices_seen_by(request.user), pk=pk)
+    invoice = get_object_or_404(invoices.invoices_seen_by(request.user), pk=_id(pk))
     return _show(request, invoices.invoice_statement(invoice), invoice.number, mode)
 
 
@@ -114,7 +121,7 @@ def account_statement(
     request: AuthenticatedHttpRequest, pk: int, month: str, mode: str = ""
 ) -> HttpResponse:
     account = get_object_or_404(
-        invoices.accounts_seen_by(request.user).select_related("tenant", "user"), pk=pk
+        invoices.accounts_seen_by(request.user).select_related("tenant", "user"), pk=_id(pk)
     )
     when = _month(month)
     item = invoices.statement(account, when)
@@ -123,7 +130,7 @@ def account_statement(
 
 @login_required
 def term_statement(request: AuthenticatedHttpRequest, pk: int, mode: str = "") -> HttpResponse:
-    tenant = get_object_or_404(Tenant, pk=pk, term_start__isnull=False, term_end__isnull=False)
+    tenant = get_object_or_404(Tenant, pk=_id(pk), term_start__isnull=False, term_end__isnull=False)
     if not Access.of(request.user).can_manage(tenant):
         raise Http404
     return _show(request, invoices.term_statement(tenant), f"term-{tenant.slug}", mode)

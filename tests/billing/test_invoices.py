@@ -286,11 +286,15 @@ def test_bad_filters_are_a_400_naming_them(world, api, client, query, field) -> 
     assert client.get("/billing/", query).status_code == 400
 
 
-def test_bad_statement_input_is_a_400(world, api) -> None:
+def test_bad_statement_input_is_a_400(world, api, client) -> None:
     assert api(world.bob).get(URL + "statements/mine/", {"month": "2025-13"}).status_code == 400
     response = api(world.alice).get(URL + "statements/term/", {"tenant": world.class_b.pk})
     assert response.status_code == 400 and "tenant" in response.json()
     assert api(world.alice).get(f"{URL}invoices/99999999999999999999999/").status_code == 404
+    client.force_login(world.alice)
+    for page in ("invoices/99999999999999999999999/", "terms/99999999999999999999999/"):
+        assert client.get("/billing/" + page).status_code == 404
+    assert client.get("/billing/accounts/99999999999999999999999/2025-01/").status_code == 404
 
 
 def test_a_term_statement_covers_the_term(world, january, client, api) -> None:
@@ -400,3 +404,13 @@ def test_two_closes_at_once_write_each_invoice_once(world, catalog, priced, make
     assert sorted(r.invoices for r in results) == [0, 20]
     assert Invoice.objects.count() == 20 and InvoicedEntry.objects.count() == 20
     assert AuditEvent.objects.filter(action="invoice.close").count() == 20
+
+
+def test_the_invoice_pages_in_chinese(world, january, client) -> None:
+    world.alice.language = "zh-hans"
+    world.alice.save(update_fields=["language"])
+    client.force_login(world.alice)
+    page = client.get(f"/billing/invoices/{Invoice.objects.get().pk}/").content.decode()
+    assert "账单" in page and "平均每小时单价" in page and "17.15" in page
+    mine = client.get("/billing/mine/", {"month": "2025-13"})
+    assert mine.status_code == 400 and "YYYY-MM" in mine.content.decode()
