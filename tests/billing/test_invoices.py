@@ -19,11 +19,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing import invoices, services
+from billing import invoices, services, tasks
 from billing.choices import EntryKind
 from billing.models import Invoice, InvoicedEntry, InvoiceLine, LedgerEntry, UsageInterval
 from core.models import AuditEvent
 from portal.celery import app
+from portal.embedded import EmbeddedBeat
 from tenants.choices import Role
 from tests.marks import requires_postgres
 
@@ -340,6 +341,7 @@ def test_a_price_change_cannot_reach_into_a_closed_period(world, catalog, api) -
 
 def test_the_beat_closes_the_months_that_are_over(world, catalog, priced) -> None:
     assert app.conf.beat_schedule["close-invoices"]["task"] == "quanta.billing.close_invoices"
+    assert "quanta.billing.close_invoices" in EmbeddedBeat().schedule  # manage.py serve's beat
     interval(world, catalog, at(2025, 1, 5), at(2025, 1, 5, 1), gpus=1)
     interval(world, catalog, at(2025, 2, 5), at(2025, 2, 5, 1), gpus=1)
     services.settle(at(2025, 2, 6))
@@ -414,3 +416,18 @@ def test_the_invoice_pages_in_chinese(world, january, client) -> None:
     assert "账单" in page and "平均每小时单价" in page and "17.15" in page
     mine = client.get("/billing/mine/", {"month": "2025-13"})
     assert mine.status_code == 400 and "YYYY-MM" in mine.content.decode()
+
+
+def test_the_beat_task_closes_and_reports(world, catalog, priced) -> None:
+    interval(world, catalog, at(2025, 1, 5), at(2025, 1, 5, 1), gpus=1)
+    services.settle(at(2025, 1, 6))
+    report = tasks.close_invoices.apply().get()
+    assert report[0] == {
+        "month": "2025-01",
+        "invoices": 1,
+        "lines": 1,
+        "entries": 1,
+        "total": "3.000000",
+        "not_settled": 0,
+    }
+    assert tasks.close_invoices.apply().get() == []
