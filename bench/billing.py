@@ -14,6 +14,10 @@ Reports seconds and SQL queries per tick (``django.test.utils.CaptureQueriesCont
 
     .venv/bin/python bench/billing.py [--intervals 100000] [--batch 2000] [--out FILE]
 
+With ``--invoices N`` it measures closing a month instead (``billing.invoices.close_month``):
+N person accounts, each with 5 usage intervals in January 2026 charged in 4 entries each and
+one correction (21 entries a payer), closed on 1 February.
+
 Uses a throw-away SQLite database unless DATABASE_URL is set; with DATABASE_URL the billing
 tables of that database are emptied first (use a database of its own).
 """
@@ -172,13 +176,138 @@ def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
     }
 
 
+def build_invoices(n: int) -> dt.date:
+    from django.contrib.auth import get_user_model
+    from django.db import models
+
+    from billing.choices import EntryKind
+    from billing.models import (
+        Account,
+        Invoice,
+        InvoicedEntry,
+        InvoiceLine,
+        LedgerEntry,
+        UsageInterval,
+    )
+    from scheduling.models import Cluster
+
+    InvoiceLine.objects.all().delete()
+    InvoicedEntry.objects.all()._raw_delete(InvoicedEntry.objects.db)
+    Invoice.objects.all()._raw_delete(Invoice.objects.db)
+    LedgerEntry.objects.all()._raw_delete(LedgerEntry.objects.db)
+    UsageInterval.objects.all().delete()
+    Account.objects.all().delete()
+    user_model = get_user_model()
+    user_model.objects.filter(username__startswith="bench-payer-").delete()
+    cluster, _ = Cluster.objects.get_or_create(
+        slug="bench", defaults={"name": "Bench", "backend": "simulated"}
+    )
+    users = user_model.objects.bulk_create(
+        [user_model(username=f"bench-payer-{i}") for i in range(n)], batch_size=2000
+    )
+    accounts = Account.objects.bulk_create([Account(user=user) for user in users], batch_size=2000)
+    month_start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rng = random.Random(11)
+    intervals = []
+    for account in accounts:
+        for k in range(5):
+            start = month_start + dt.timedelta(days=rng.randrange(0, 30), hours=rng.randrange(20))
+            intervals.append(
+                UsageInterval(
+                    account=account,
+                    cluster=cluster,
+                    started_at=start,
+                    ended_at=start + dt.timedelta(hours=4),
+                    settled_until=start + dt.timedelta(hours=4),
+                    is_settled=True,
+                    gpus=1 if k % 2 else 0,
+                    gpu_share_milli=0 if k % 2 else 489,
+                    gpu_model="A100",
+                    workload_name=f"w{k}",
+                    owner_name=f"payer-{account.pk}",
+                    flavor_name="1 GPU" if k % 2 else "0.489 GPU",
+                )
+            )
+    intervals = UsageInterval.objects.bulk_create(intervals, batch_size=2000)
+    entries = []
+    for row in intervals:
+        for h in range(4):
+            entries.append(
+                LedgerEntry(
+                    account_id=row.account_id,
+                    kind=EntryKind.CHARGE,
+                    amount=Decimal(rng.randrange(1, 4_000_000)) / 1_000_000,
+                    interval=row,
+                    period_start=row.started_at + dt.timedelta(hours=h),
+                    period_end=row.started_at + dt.timedelta(hours=h + 1),
+                    description=f"{row.workload_name}, 1 h",
+                    details={"workload": row.workload_name, "person": row.owner_name},
+                )
+            )
+    for account in accounts:
+        entries.append(
+            LedgerEntry(
+                account=account,
+                kind=EntryKind.CORRECTION,
+                amount=Decimal("-0.500000"),
+                description="Correction",
+            )
+        )
+    LedgerEntry.objects.bulk_create(entries, batch_size=2000)
+    # The corrections were written in January (the ledger's own update() refuses: bypass it).
+    models.QuerySet.update(
+        LedgerEntry.objects.filter(kind=EntryKind.CORRECTION),
+        created_at=month_start + dt.timedelta(days=20),
+    )
+    return month_start.date()
+
+
+def measure_invoices(n: int) -> str:
+    from django.db import connection
+    from django.db.models import Sum
+    from django.test.utils import CaptureQueriesContext
+
+    from billing import invoices
+    from billing.models import Invoice, LedgerEntry
+
+    month = build_invoices(n)
+    runs = []
+    for label in ("close", "again (nothing to do)"):
+        with CaptureQueriesContext(connection) as queries:
+            began = time.perf_counter()
+            done = invoices.close_month(month, now=dt.datetime(2026, 2, 1, 1, tzinfo=dt.UTC))
+            seconds = time.perf_counter() - began
+        runs.append((label, seconds, len(queries.captured_queries), done))
+    ledger = LedgerEntry.objects.aggregate(t=Sum("amount"))["t"]
+    invoiced = Invoice.objects.aggregate(t=Sum("total"))["t"]
+    return "\n".join(
+        [
+            f"database: {connection.vendor}, {n} payers, 21 entries each",
+            "| run | seconds | queries | invoices | lines | entries |",
+            "|---|---:|---:|---:|---:|---:|",
+            *(
+                f"| {label} | {seconds:.2f} | {count} | {d.invoices} | {d.lines} | {d.entries} |"
+                for label, seconds, count, d in runs
+            ),
+            f"ledger total: {ledger}, invoiced total: {invoiced}",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--intervals", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--invoices", type=int, default=0, help="close a month of N payers")
     parser.add_argument("--out")
     args = parser.parse_args()
     setup_django()
+    if args.invoices:
+        text = measure_invoices(args.invoices)
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
+        return
     from django.db import connection
 
     from billing.models import LedgerEntry, UsageInterval

@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q
 
-from billing.choices import EntryKind
+from billing.choices import EntryKind, InvoiceState, LineKind
 
 
 class PricePlan(models.Model):
@@ -228,3 +228,74 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise PermissionDenied("ledger entries are never deleted; add a correction")
+
+
+class Invoice(models.Model):
+    """A payer's closed month: the ledger entries assigned to it (``InvoicedEntry``), grouped
+    into lines with the names as they were. ``total`` is exactly the sum of those entries. A
+    closed invoice is never changed; an open month is computed live (``billing.invoices``)."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="invoices")
+    period_start = models.DateTimeField()  # local midnight of the month's first day
+    period_end = models.DateTimeField()  # local midnight of the next month's first day
+    number = models.CharField(max_length=32, unique=True)
+    state = models.CharField(
+        max_length=8, choices=InvoiceState.choices, default=InvoiceState.CLOSED
+    )
+    total = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    payer_name = models.CharField(max_length=200)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-period_start", "account_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "period_start"], name="one_invoice_per_account_month"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.number} {self.payer_name}"
+
+
+class InvoiceLine(models.Model):
+    """One usage interval's charges in the month (hours and amounts summed), or one
+    correction or credit entry. The names are snapshots: renames do not reach them."""
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    position = models.PositiveIntegerField(default=0)
+    kind = models.CharField(max_length=12, choices=LineKind.choices, default=LineKind.CHARGE)
+    interval = models.ForeignKey(
+        UsageInterval, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    entry = models.ForeignKey(  # the correction or credit entry of a line of its own
+        LedgerEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    person = models.CharField(max_length=150, blank=True)
+    workload = models.CharField(max_length=100, blank=True)
+    size = models.CharField(max_length=100, blank=True)
+    description = models.CharField(max_length=300, blank=True)
+    hours = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    # The average over the line: amount / hours (prices may change within a line).
+    unit_price = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    amount = models.DecimalField(max_digits=18, decimal_places=6)
+
+    class Meta:
+        ordering = ["invoice", "position", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.invoice.number} #{self.position} {self.amount}"
+
+
+class InvoicedEntry(models.Model):
+    """Which invoice a ledger entry went into: each entry into exactly one (the entry itself
+    is immutable, so the assignment lives here)."""
+
+    entry = models.OneToOneField(
+        LedgerEntry, primary_key=True, on_delete=models.PROTECT, related_name="invoiced"
+    )
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="+")
+
+    def __str__(self) -> str:
+        return f"entry {self.entry_id} → invoice {self.invoice_id}"

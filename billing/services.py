@@ -26,8 +26,8 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from billing import pricing
-from billing.choices import EntryKind
-from billing.models import Account, LedgerEntry, PricePlan, UsageInterval
+from billing.choices import EntryKind, InvoiceState
+from billing.models import Account, Invoice, LedgerEntry, PricePlan, UsageInterval
 from core.audit import record
 from scheduling.models import Cluster
 from tenants.models import Tenant
@@ -134,6 +134,9 @@ def create_plan(
         raise ValidationError(
             {"effective_from": _("a price change cannot take effect in the past")}
         )
+    closed = Invoice.objects.filter(state=InvoiceState.CLOSED, period_end__gt=start)
+    if closed.exists():  # invoices are closed up to there: their prices stay as they were
+        raise ValidationError({"effective_from": _("that time lies in a closed invoice period")})
     settled = (
         UsageInterval.objects.filter(cluster=cluster, settled_until__gt=start)
         .order_by("-settled_until")

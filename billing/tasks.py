@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from billing import metering, services
+from billing import invoices, metering, services
 
 
 @shared_task(name="quanta.billing.settle", acks_late=True)
@@ -20,3 +20,20 @@ def settle() -> dict[str, Any]:
         "entries": done.entries,
         "amount": str(done.amount),
     }
+
+
+@shared_task(name="quanta.billing.close_invoices", acks_late=True)
+def close_invoices() -> list[dict[str, Any]]:
+    """Close the months that are over (``billing.invoices.close_due``): idempotent, so an
+    hourly run, a retry or two workers at once write each invoice once."""
+    return [
+        {
+            "month": done.month,
+            "invoices": done.invoices,
+            "lines": done.lines,
+            "entries": done.entries,
+            "total": str(done.total),
+            "not_settled": done.not_settled,
+        }
+        for done in invoices.close_due()
+    ]

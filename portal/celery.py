@@ -31,6 +31,7 @@ app.conf.beat_schedule = {
     "expire-grants": {"task": "quanta.workloads.expire_grants", "schedule": 600.0},
     "close-ended-terms": {"task": "quanta.tenants.close_ended_terms", "schedule": 3600.0},
     "settle-usage": {"task": "quanta.billing.settle", "schedule": 60.0},
+    "close-invoices": {"task": "quanta.billing.close_invoices", "schedule": 3600.0},
     "purge-idempotency-keys": {"task": "quanta.core.purge_idempotency_keys", "schedule": 3600.0},
     # Kubernetes clusters: one watcher each (a lock keeps it to one), a full resync as the
     # safety net, GPU inventory, and the cluster objects (namespaces, quotas, queues).

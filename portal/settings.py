@@ -288,6 +288,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"InvoiceStateEnum": "billing.choices.InvoiceState"},
 }
 
 # --- Internationalisation ---------------------------------------------------------------------

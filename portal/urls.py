@@ -28,6 +28,7 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("teaching/", include("workloads.teaching_urls")),
     path("console/", include("console.urls")),
+    path("billing/", include("billing.urls")),
     path("", include("scheduling.whatif_urls")),
     path("", include("workloads.urls")),
     path("", include("tenants.urls")),

@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from billing.api import views
+from billing.api import invoices, views
 
 app_name = "billing-api"
 
@@ -9,5 +9,7 @@ router.register("price-plans", views.PricePlanViewSet, basename="price-plan")
 router.register("accounts", views.AccountViewSet, basename="account")
 router.register("ledger-entries", views.LedgerEntryViewSet, basename="ledger-entry")
 router.register("usage-intervals", views.UsageIntervalViewSet, basename="usage-interval")
+router.register("invoices", invoices.InvoiceViewSet, basename="invoice")
+router.register("statements", invoices.StatementViewSet, basename="statement")
 
 urlpatterns = router.urls
