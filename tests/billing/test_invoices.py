@@ -140,8 +140,12 @@ def test_closing_settles_what_the_month_still_lacks(world, catalog, priced) -> N
     open_one.refresh_from_db()
     assert open_one.settled_until == at(2025, 2, 1, 6)
     invoice = Invoice.objects.get()
-    assert invoice.lines.get().hours == Decimal("54.000000")  # 30 Jan 00:00 → 1 Feb 06:00
-    # (before the lead's split at month ends, that one charge is dated by its start)
+    # Settled to 1 Feb 06:00, charged as two entries cut at the month's start: January's
+    # invoice has 30 Jan 00:00 → 1 Feb 00:00, February keeps the rest.
+    assert invoice.lines.get().hours == Decimal("48.000000")
+    assert LedgerEntry.objects.filter(period_start=at(2025, 2, 1)).get().period_end == at(
+        2025, 2, 1, 6
+    )
 
 
 def test_what_comes_after_a_close_goes_into_the_next_month(world, january, monkeypatch) -> None:

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0001_ledger"),
+        ("billing", "0002_settlement_indexes"),
     ]
 
     operations = [
