@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workloads import views
+from workloads import dataset_views, views
 
 urlpatterns = [
     path("apps/", views.app_center, name="app-center"),
@@ -12,4 +12,7 @@ urlpatterns = [
     path("workloads/<uuid:pk>/", views.workload_detail, name="workload"),
     path("workloads/<uuid:pk>/stop/", views.stop, name="workload-stop"),
     path("workloads/<uuid:pk>/extend/", views.extend, name="workload-extend"),
+    path("datasets/", dataset_views.dataset_list, name="datasets"),
+    path("datasets/<slug:slug>/", dataset_views.dataset_detail, name="dataset"),
+    path("datasets/<slug:slug>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
 ]

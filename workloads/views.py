@@ -8,13 +8,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
-from workloads import services
+from workloads import datasets, services
 from workloads.choices import ACTIVE
 from workloads.costs import cost_so_far, hourly_prices
 from workloads.forms import JobForm, LaunchForm
@@ -36,6 +35,7 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
 def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
     grants = list(services.grants_for(request.user))
     seen = outlooks(request.user, grants) if grants else {}
+    mountable = list(datasets.visible_to(request.user)[:200])
     cards = []
     for grant in grants:
         cluster = grant.cluster or services.default_cluster()
@@ -50,8 +50,10 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
                 "cluster": cluster,
                 "form": LaunchForm(
                     flavors=grant.flavors.all(),
+                    datasets=datasets.visible_to(request.user),
                     initial={"flavor": default if default in flavors else None},
                 ),
+                "datasets": mountable,
                 # (flavor, outlook, price per hour now or None)
                 "sizes": [
                     (flavor, seen[(grant.pk, flavor.pk)], prices.get(flavor.pk))
@@ -66,13 +68,22 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_POST
 def launch(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     template = get_object_or_404(AppTemplate, slug=slug, is_active=True)
-    form = LaunchForm(request.POST, flavors=Flavor.objects.filter(is_active=True))
+    form = LaunchForm(
+        request.POST,
+        flavors=Flavor.objects.filter(is_active=True),
+        datasets=datasets.visible_to(request.user),
+    )
     if not form.is_valid():
-        messages.error(request, _("Choose a size."))
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, str(error))
         return redirect("app-center")
     try:
         workload = services.launch_environment(
-            actor=request.user, template=template, flavor=form.cleaned_data["flavor"]
+            actor=request.user,
+            template=template,
+            flavor=form.cleaned_data["flavor"],
+            datasets=list(form.cleaned_data["datasets"]),
         )
     except ValidationError as exc:
         _errors(request, exc)
@@ -147,7 +158,12 @@ def extend(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
 def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenants = services.member_tenants(request.user)
     flavors = Flavor.objects.filter(grants__in=services.grants_for(request.user)).distinct()
-    form = JobForm(request.POST or None, tenants=tenants, flavors=flavors)
+    form = JobForm(
+        request.POST or None,
+        tenants=tenants,
+        flavors=flavors,
+        datasets=datasets.visible_to(request.user),
+    )
     if request.method == "POST" and form.is_valid():
         try:
             workload = services.submit_job(actor=request.user, **form.cleaned_data)

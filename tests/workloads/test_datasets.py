@@ -226,3 +226,53 @@ def test_on_kubernetes_a_dataset_is_a_read_only_claim_and_one_without_a_claim_is
     text = str(objects[0])
     assert "'claimName': 'datasets', 'readOnly': True" in text
     assert "'mountPath': '/datasets/mnist', 'readOnly': True, 'subPath': 'mnist'" in text
+
+
+def test_the_pages_list_upload_and_show_a_dataset_to_those_who_may_see_it(
+    world: Any, store: Path, client: Any
+) -> None:
+    client.force_login(world.bob)
+    archive = zipped({"a.txt": b"hello"})
+    archive.name = "notes.zip"
+    response = client.post(
+        "/datasets/", {"name": "Notes", "visibility": "private", "file": archive}, follow=True
+    )
+    assert response.redirect_chain[-1][0] == "/datasets/notes/"
+    page = response.content.decode()
+    assert "/datasets/notes" in page and "5\xa0bytes" in page
+    assert 'data-dataset="notes"' in client.get("/datasets/").content.decode()
+    # A form error stays on the form, under its field, and nothing is made.
+    response = client.post("/datasets/", {"name": "Empty", "visibility": "private"})
+    assert response.status_code == 200
+    assert "Choose an archive to upload." in response.content.decode()
+    assert not datasets.visible_to(world.root).filter(slug="empty").exists()
+    client.force_login(world.charlie)
+    assert client.get("/datasets/notes/").status_code == 404
+    assert 'data-dataset="notes"' not in client.get("/datasets/").content.decode()
+    assert client.post("/datasets/notes/delete/").status_code == 404
+    client.force_login(world.bob)
+    client.post("/datasets/notes/delete/")
+    assert not datasets.visible_to(world.root).exists()
+
+
+def test_the_app_center_launches_with_the_chosen_dataset(
+    world: Any, store: Path, client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    datasets.register_folder(
+        actor=world.root, path="mnist", name="MNIST", visibility=Visibility.PUBLIC
+    )
+    _cluster, template, flavor = local_catalog(world, "jupyter")
+    client.force_login(world.bob)
+    page = client.get("/apps/").content.decode()
+    assert 'value="mnist"' in page
+    response = client.post(
+        f"/apps/{template.slug}/launch/", {"flavor": flavor.pk, "datasets": ["mnist"]}
+    )
+    assert response.status_code == 302
+    workload = world.bob.workloads.get()
+    assert [d.slug for d in workload.datasets.all()] == ["mnist"]
+    # A dataset one may not use is not offered, and asking for it launches nothing.
+    response = client.post(
+        f"/apps/{template.slug}/launch/", {"flavor": flavor.pk, "datasets": ["secret"]}
+    )
+    assert world.bob.workloads.count() == 1
