@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from billing.api import views
+from billing.api import budgets, views
 
 app_name = "billing-api"
 
@@ -9,5 +9,7 @@ router.register("price-plans", views.PricePlanViewSet, basename="price-plan")
 router.register("accounts", views.AccountViewSet, basename="account")
 router.register("ledger-entries", views.LedgerEntryViewSet, basename="ledger-entry")
 router.register("usage-intervals", views.UsageIntervalViewSet, basename="usage-interval")
+router.register("budgets", budgets.BudgetViewSet, basename="budget")
+router.register("credits", budgets.CreditViewSet, basename="credit")
 
 urlpatterns = router.urls
