@@ -232,6 +232,8 @@ def derive(
     period = period_of(budget, now) if budget is not None else month_of(now)
     account = Account.objects.filter(tenant=tenant).first()
     current = _allowance_lot(budget, account, period) if budget is not None else None
+    if current is not None and now < period.start:  # a term not begun: its allowance is whole
+        return [LotState(current)], ZERO, ZERO, period
     # From the period's start, or earlier where a lot valid then began earlier (credit granted
     # by hand last term): the lots that overlap the window, until no earlier one is found.
     start = period.start

@@ -544,3 +544,13 @@ def test_notices_show_on_the_home_page_and_are_marked_read(world) -> None:
     world.bob.save()
     page = bob.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "ML-101 has used 80%" not in page
+
+
+def test_a_term_budget_before_its_term_has_its_whole_allowance_and_after_it_nothing(world) -> None:
+    world.class_a.term_start, world.class_a.term_end = dt.date(2025, 2, 1), dt.date(2025, 6, 30)
+    world.class_a.save()
+    b = budget(world, period="term", allowance="100")
+    before = budgets.status(b, T0)
+    assert (before.remaining, before.state) == (Decimal(100), budgets.OK)
+    after = budgets.status(b, dt.datetime(2025, 7, 2, tzinfo=dt.UTC))
+    assert after.state == budgets.EXHAUSTED  # the class's term is over: nothing more to spend
