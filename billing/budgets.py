@@ -669,19 +669,37 @@ def evaluate(now: dt.datetime | None = None) -> Evaluation:
         if found.exhausted:
             crossed.add(100)
         for threshold in sorted(crossed):
-            alert, made = _alert(budget, found.period, threshold, now)
+            _alert_row, made = _alert(budget, found.period, threshold, now)
             if made:
                 done.alerts += 1
                 done.notices += len(_notify(found, threshold))
-        if found.exhausted and budget.policy == BudgetPolicy.STOP:
-            alert = BudgetAlert.objects.get(
-                budget=budget, period_start=found.period.start, threshold=100
-            )
-            if now >= alert.created_at + dt.timedelta(minutes=budget.stop_grace_minutes):
-                done.stopped += _stop_work(found)
-                if alert.stopped_at is None:
-                    BudgetAlert.objects.filter(pk=alert.pk).update(stopped_at=now)
+        if budget.policy == BudgetPolicy.STOP:
+            done.stopped += _stop_policy(found, now, done)
     return done
+
+
+def _stop_policy(found: Status, now: dt.datetime, done: Evaluation) -> list[str]:
+    """A used-up stop-policy budget stops its payer's work once ``stop_grace_minutes`` have
+    passed since it was used up (``BudgetAlert.exhausted_since``, set with the 100 % warning).
+    Credit that makes it no longer used up clears that; used up again, it warns again and
+    the grace starts again."""
+    budget, period = found.budget, found.period
+    alerts = BudgetAlert.objects.filter(budget=budget, period_start=period.start, threshold=100)
+    if not found.exhausted:
+        alerts.filter(exhausted_since__isnull=False).update(exhausted_since=None)
+        return []
+    alert = alerts.get()
+    if alert.exhausted_since is None:  # used up again after credit was granted
+        if alerts.filter(exhausted_since__isnull=True).update(exhausted_since=now):
+            done.notices += len(_notify(found, 100, again=now))
+        alert.refresh_from_db()
+    assert alert.exhausted_since is not None
+    if now < alert.exhausted_since + dt.timedelta(minutes=budget.stop_grace_minutes):
+        return []
+    stopped = _stop_work(found)
+    if alert.stopped_at is None:
+        alerts.update(stopped_at=now)
+    return stopped
 
 
 def _alert(
@@ -693,7 +711,7 @@ def _alert(
                 budget=budget,
                 period_start=period.start,
                 threshold=threshold,
-                defaults={"created_at": now},
+                defaults={"created_at": now, "exhausted_since": now if threshold >= 100 else None},
             )
     except IntegrityError:  # made meanwhile by another tick
         return (
@@ -721,7 +739,7 @@ def recipients(budget: Budget, period: Period) -> tuple[list[Any], list[Any]]:
     return list(managers.values()), list(students)
 
 
-def _notify(found: Status, threshold: int) -> list[Notice]:
+def _notify(found: Status, threshold: int, again: dt.datetime | None = None) -> list[Notice]:
     budget, period = found.budget, found.period
     words = {"tenant": budget.tenant.name, "period": period.kind}
     if threshold >= 100 and found.exhausted:
@@ -741,6 +759,8 @@ def _notify(found: Status, threshold: int) -> list[Notice]:
             total=f"{found.total:.2f}",
         )
     key = f"budget:{budget.pk}:{period.start:%Y%m%d}:{threshold}"
+    if again is not None:  # used up again in the same period: a warning of its own
+        key += f":{again:%Y%m%d%H%M%S}"
     managers, students = recipients(budget, period)
     if budget.tenant.kind in (TenantKind.CLASS, TenantKind.PROJECT):
         staff_link = reverse("teaching-class", args=[budget.tenant.slug])

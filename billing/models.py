@@ -283,12 +283,16 @@ class CreditLot(models.Model):
 
 class BudgetAlert(models.Model):
     """A threshold of a budget crossed in one period: written once (the unique constraint),
-    so its notices go out once; the 100 % alert's time starts a stop policy's grace."""
+    so its notices go out once; the 100 % alert's ``exhausted_since`` starts a stop policy's
+    grace."""
 
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
     period_start = models.DateTimeField()
     threshold = models.PositiveSmallIntegerField()
     created_at = models.DateTimeField()
+    # The 100 % alert: since when the budget is used up (a stop policy's grace counts from
+    # here); cleared when credit makes it no longer used up.
+    exhausted_since = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)  # a stop policy acted
 
     class Meta:

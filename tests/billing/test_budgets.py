@@ -389,6 +389,34 @@ def test_stop_warns_at_100_then_stops_running_work_after_the_grace(
     assert warned.count() == 3  # one warning each, however many ticks
 
 
+def test_credit_granted_in_the_grace_saves_the_work_and_a_new_exhaustion_warns_again(
+    world, catalog, backend, run
+) -> None:
+    budgets.create_budget(
+        actor=world.dean, tenant=world.class_a, allowance="1", policy="stop", stop_grace_minutes=15
+    )
+    w = run(
+        workload_services.launch_environment,
+        actor=world.bob,
+        template=catalog.jupyter,
+        flavor=catalog.small,
+    )
+    charge(world.class_a, "1.5", recently())
+    now = timezone.now()
+    run(budgets.evaluate, now)  # warned
+    budgets.grant_credit(actor=world.dean, tenant=world.class_a, amount="1", now=now)
+    assert not run(budgets.evaluate, now + dt.timedelta(minutes=20)).stopped
+    w.refresh_from_db()
+    assert w.state in HOLDING
+    # Used up again: a new warning, and a new grace from then.
+    charge(world.class_a, "1", recently())
+    later = now + dt.timedelta(minutes=30)
+    assert not run(budgets.evaluate, later).stopped
+    assert Notice.objects.filter(user=world.bob, reason_code="budget_exhausted_stop").count() == 2
+    assert not run(budgets.evaluate, later + dt.timedelta(minutes=14)).stopped
+    assert run(budgets.evaluate, later + dt.timedelta(minutes=16)).stopped == [str(w.pk)]
+
+
 def test_thresholds_notify_once_each_per_period_and_send_mail(world, catalog, backend, run) -> None:
     budgets.create_budget(actor=world.dean, tenant=world.class_a, allowance="10")
     run(
@@ -554,3 +582,21 @@ def test_a_term_budget_before_its_term_has_its_whole_allowance_and_after_it_noth
     assert (before.remaining, before.state) == (Decimal(100), budgets.OK)
     after = budgets.status(b, dt.datetime(2025, 7, 2, tzinfo=dt.UTC))
     assert after.state == budgets.EXHAUSTED  # the class's term is over: nothing more to spend
+
+
+def test_the_notices_api_shows_ones_own_and_marks_them_read(world, api) -> None:
+    from core import notices
+
+    reason = BR.BUDGET_USED_UP(tenant="ML-101", period="month", date="2025-02-01")
+    mine = notices.notify([world.bob], reason)[0]
+    theirs = notices.notify([world.charlie], reason)[0]
+    bob = api(world.bob)
+    listed = bob.get("/api/v1/notices/").json()["results"]
+    assert [n["id"] for n in listed] == [mine.pk]
+    assert listed[0]["reason_code"] == "budget_used_up"
+    assert listed[0]["text"] == "ML-101's budget for this month is used up (until 2025-02-01)"
+    assert bob.post(f"/api/v1/notices/{theirs.pk}/read/").status_code == 404
+    assert bob.post(f"/api/v1/notices/{mine.pk}/read/").json() == {"read": 1}
+    assert bob.get("/api/v1/notices/?unread=true").json()["results"] == []
+    assert api(world.charlie).post("/api/v1/notices/read/").json() == {"read": 1}
+    assert api(None).get("/api/v1/notices/").status_code in (401, 403)
