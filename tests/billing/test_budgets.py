@@ -130,18 +130,18 @@ def test_a_credit_granted_to_a_used_up_class_pays_what_was_not_covered_first(wor
 
 
 def test_a_correction_gives_back_to_the_budget(world) -> None:
-    b = budget(world)
-    entry = charge(world.class_a, "10", T0 - 2 * H)
-    assert budgets.status(b, T0).state == budgets.EXHAUSTED
+    b = budgets.create_budget(actor=world.dean, tenant=world.class_a, allowance="10")
+    entry = charge(world.class_a, "10", recently())
+    assert budgets.status(b).state == budgets.EXHAUSTED
     LedgerEntry.objects.create(
         account=entry.account,
         kind=EntryKind.CORRECTION,
         amount=Decimal("-4"),
         corrects=entry,
         description="refund",
-    )  # created now: in this month only where now is
-    found = budgets.status(b, timezone.now())
-    assert found.spent in (Decimal(-4), Decimal(6))  # -4 alone when T0's month is not now's
+    )  # counts at its created_at: now
+    found = budgets.status(b)
+    assert (found.spent, found.remaining, found.state) == (Decimal(6), Decimal(4), budgets.OK)
 
 
 def test_a_department_budget_covers_its_whole_subtree(world) -> None:
@@ -600,3 +600,18 @@ def test_the_notices_api_shows_ones_own_and_marks_them_read(world, api) -> None:
     assert bob.get("/api/v1/notices/?unread=true").json()["results"] == []
     assert api(world.charlie).post("/api/v1/notices/read/").json() == {"read": 1}
     assert api(None).get("/api/v1/notices/").status_code in (401, 403)
+
+
+def test_the_admission_check_costs_one_query_without_budgets_and_once_per_payer_with(
+    world, catalog, django_assert_num_queries
+) -> None:
+    ask = Ask(world.class_a.pk, None, catalog.gpu, world.bob.pk)
+    with django_assert_num_queries(1):
+        assert refusal_for(ask, {}) is None
+    used_up(world, "downgrade")
+    memo: dict[str, Any] = {}
+    assert refusal_for(ask, memo) is not None
+    with django_assert_num_queries(0):  # a long line of one payer asks the database once
+        for _ in range(50):
+            assert refusal_for(ask, memo) is not None
+            assert refusal_for(Ask(world.class_a.pk, None, catalog.small, None), memo) is None
