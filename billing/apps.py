@@ -7,8 +7,9 @@ class BillingConfig(AppConfig):
     name = "billing"
 
     def ready(self) -> None:
-        from billing import metering, quotes
-        from workloads import costs, lifecycle
+        from billing import budgets, metering, quotes
+        from billing import reasons as _reasons  # noqa: F401 (registers billing's codes)
+        from workloads import admission_checks, costs, lifecycle
 
         # After each commit: usage intervals opened and closed, ended work settled.
         lifecycle.on_transitions(metering.on_transitions)
@@ -16,3 +17,7 @@ class BillingConfig(AppConfig):
         costs.register(
             hourly=quotes.hourly_prices, so_far=quotes.cost_so_far, spend=quotes.tenant_spend
         )
+        # Budgets: launches and admission refused with the reason; the App Center and the
+        # class dashboard show what is left.
+        admission_checks.register(budgets.check)
+        costs.register(budget=budgets.budget_of)

@@ -17,7 +17,14 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q
 
-from billing.choices import EntryKind, InvoiceState, LineKind
+from billing.choices import (
+    BudgetPeriod,
+    BudgetPolicy,
+    CreditSource,
+    EntryKind,
+    InvoiceState,
+    LineKind,
+)
 
 
 class PricePlan(models.Model):
@@ -299,3 +306,102 @@ class InvoicedEntry(models.Model):
 
     def __str__(self) -> str:
         return f"entry {self.entry_id} → invoice {self.invoice_id}"
+
+
+def default_thresholds() -> list[int]:
+    return [80, 100]
+
+
+class Budget(models.Model):
+    """What a tenant (class, department, project) may spend per month or term: an allowance
+    per period (granted as a credit lot of that period, ``CreditLot``), warnings at
+    ``thresholds`` per cent, and ``policy`` for when it is used up. A department's budget
+    covers the spend of its whole subtree. Written only by ``billing.budgets``."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="budgets")
+    period = models.CharField(
+        max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH
+    )
+    allowance = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    thresholds = models.JSONField(default=default_thresholds, blank=True)  # per cent, 1..100
+    policy = models.CharField(
+        max_length=12, choices=BudgetPolicy.choices, default=BudgetPolicy.BLOCK
+    )
+    stop_grace_minutes = models.PositiveIntegerField(default=15)
+    is_active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant__path", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"], condition=Q(is_active=True), name="one_active_budget_per_tenant"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"budget of {self.tenant.name} per {self.period}"
+
+
+class CreditLot(models.Model):
+    """One grant of credit to an account, valid from ``granted_at`` until ``expires_at``
+    (empty: no end). What remains of it is never stored: it is derived from the ledger
+    (``billing.budgets.lots``), so it cannot drift. Never changed once written, except the
+    amount of the current period's allowance lot when the budget's allowance changes."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="credit_lots")
+    amount = models.DecimalField(max_digits=18, decimal_places=6)
+    granted_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(max_length=10, choices=CreditSource.choices)
+    budget = models.ForeignKey(
+        Budget, null=True, blank=True, on_delete=models.PROTECT, related_name="lots"
+    )  # an allowance lot's budget
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["granted_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "granted_at"],
+                condition=Q(source="allowance"),
+                name="one_allowance_lot_per_budget_period",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.source} from {self.granted_at:%Y-%m-%d}"
+
+
+class BudgetAlert(models.Model):
+    """A threshold of a budget crossed in one period: written once (the unique constraint),
+    so its notices go out once; the 100 % alert's ``exhausted_since`` starts a stop policy's
+    grace."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period_start = models.DateTimeField()
+    threshold = models.PositiveSmallIntegerField()
+    created_at = models.DateTimeField()
+    # The 100 % alert: since when the budget is used up (a stop policy's grace counts from
+    # here); cleared when credit makes it no longer used up.
+    exhausted_since = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)  # a stop policy acted
+
+    class Meta:
+        ordering = ["period_start", "threshold"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period_start", "threshold"], name="one_alert_per_threshold"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.threshold}% from {self.period_start:%Y-%m-%d}"

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console import cluster_views, views
+from console import billing_views, cluster_views, views
 
 urlpatterns = [
     path("", cluster_views.overview, name="console"),
@@ -14,4 +14,6 @@ urlpatterns = [
     path("tenants/<slug:slug>/quota/", views.quota_edit, name="console-quota"),
     path("catalog/", views.catalog, name="console-catalog"),
     path("audit/", views.audit_log, name="console-audit"),
+    path("budgets/", billing_views.budget_list, name="console-budgets"),
+    path("budgets/<int:pk>/", billing_views.budget_edit, name="console-budget-edit"),
 ]

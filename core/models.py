@@ -77,3 +77,45 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}:{self.key}"
+
+
+class Notice(models.Model):
+    """A message to one person (a budget at 80 %, say), kept as a reason code with parameters
+    so that it renders in the reader's language (``core.reasons``), with the English text
+    beside it. ``dedupe_key`` makes a notice once-only per person: a second ``notify`` with the
+    same key adds nothing (``core.notices``)."""
+
+    class Level(models.TextChoices):
+        INFO = "info", "info"
+        WARNING = "warning", "warning"
+        ERROR = "error", "error"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    level = models.CharField(max_length=8, choices=Level.choices, default=Level.INFO)
+    reason_code = models.CharField(max_length=64)
+    reason_params = models.JSONField(default=dict, blank=True)
+    text = models.CharField(max_length=500)  # in English, for logs and the API
+    link = models.CharField(max_length=300, blank=True)  # a page of the portal, e.g. /teaching/x/
+    dedupe_key = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "dedupe_key"],
+                condition=~Q(dedupe_key=""),
+                name="one_notice_per_user_and_key",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["user", "created_at"],
+                condition=Q(read_at__isnull=True),
+                name="notice_unread",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.text}"

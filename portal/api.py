@@ -9,7 +9,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError, QuerySet, RestrictedError
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 from rest_framework import serializers, viewsets
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.response import Response
@@ -78,8 +77,9 @@ def _subject(context: dict[str, Any]) -> str:
 
 def in_use_detail(exc: ProtectedError | RestrictedError, subject: str) -> str:
     uses = ", ".join(
-        ngettext("%(n)s %(one)s", "%(n)s %(many)s", n)
-        % {"n": n, "one": _model_name(exc, name, 1), "many": name}
+        # The word is chosen here (the model's name for one, the relation's for more): one
+        # message for every language, whatever its plural forms.
+        _("%(n)s %(what)s") % {"n": n, "what": _model_name(exc, name, 1) if n == 1 else name}
         for name, n in used_by(exc).items()
     )
     return capfirst(

@@ -3,6 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
+from core.notices import unread
 from tenants.permissions import Access
 
 
@@ -15,10 +16,14 @@ def site(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _nav(request: HttpRequest) -> dict[str, bool]:
+def _nav(request: HttpRequest) -> dict[str, bool | int]:
     """Which sections a person's roles open (django-guardian grants included)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
     access = Access.of(user)
-    return {"teaching": access.manages_anything(), "tenants": access.administers_anything()}
+    return {
+        "teaching": access.manages_anything(),
+        "tenants": access.administers_anything(),
+        "notices": unread(user).count(),  # the badge beside Home
+    }

@@ -299,6 +299,23 @@ TIME_ZONE = envtimezone("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
+# --- Email: notices (core.notices) -----------------------------------------------------------
+# The console backend in the embedded (DEBUG) mode prints each mail; production sends by SMTP.
+EMAIL_BACKEND = envstr(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "quanta@localhost")
+# The portal's address as people reach it, for the links in emails (empty: paths only).
+PORTAL_URL = envstr("PORTAL_URL", "")
+
 # --- Static files -------------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -5,9 +5,11 @@ from rest_framework.routers import DefaultRouter
 
 from portal import health
 from portal.api import AuditEventViewSet
+from portal.notices_api import NoticeViewSet
 
 api_router = DefaultRouter()
 api_router.register("audit-events", AuditEventViewSet, basename="audit-event")
+api_router.register("notices", NoticeViewSet, basename="notice")
 
 api_v1 = [
     path("", include("tenants.api.urls")),

@@ -5,6 +5,7 @@ from tenants import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("notices/read/", views.read_notices, name="notices-read"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),

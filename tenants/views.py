@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from core import notices
 from tenants import roster, services
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
@@ -40,8 +41,20 @@ def home(request: AuthenticatedHttpRequest) -> HttpResponse:
             "memberships": memberships,
             "managed": managed,
             "can_import": access.manages_anything(),
+            "notices": notices.recent(request.user),
         },
     )
+
+
+@login_required
+@require_POST
+def read_notices(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Mark one notice (``notice``) or all of one's notices read; another person's changes
+    nothing."""
+    raw = request.POST.get("notice", "")
+    ids = [int(raw)] if raw.isdigit() and len(raw) < 19 else None
+    notices.mark_read(actor=request.user, ids=ids)
+    return redirect("home")
 
 
 @login_required

@@ -34,6 +34,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -63,6 +64,7 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from workloads import reasons as R
 from workloads import windows
+from workloads.admission_checks import refusal_for
 from workloads.choices import HOLDING, WAITING, State
 from workloads.lifecycle import queue_all, transition
 from workloads.models import Grant, Workload
@@ -149,6 +151,7 @@ class _Session:
         self._milli: dict[Resources, int] = {}
         self._windows: dict[int, bool] = {}
         self._placements: dict[tuple[Resources, int], Placement] = {}
+        self.checks: dict[str, Any] = {}  # the registered checks' memo (admission_checks)
 
     def resources(self, workload: Workload) -> Resources:
         flavor = workload.flavor
@@ -284,6 +287,10 @@ def _screen(workload: Workload, session: _Session, plan: _Plan) -> bool:
                 R.GRANT_FOR_EXPIRED(template=str(grant.template), date=str(grant.expires_on)),
             )
         )
+        return False
+    refused = refusal_for(workload, session.checks)  # a payer's budget used up, say
+    if refused is not None:
+        plan.rejected.append((workload, refused))
         return False
     res = session.resources(workload)
     reason = session.too_big(res)

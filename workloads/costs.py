@@ -17,10 +17,12 @@ from typing import Any
 HourlyPrices = Callable[[Any, Sequence[Any], Any], dict[int, Decimal]]
 CostSoFar = Callable[[Any], "Cost | None"]
 TenantSpend = Callable[[Any], "Decimal | None"]
+TenantBudget = Callable[[Any], "Any | None"]
 
 _hourly: list[HourlyPrices] = []
 _so_far: list[CostSoFar] = []
 _spend: list[TenantSpend] = []
+_budget: list[TenantBudget] = []
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ def register(
     hourly: HourlyPrices | None = None,
     so_far: CostSoFar | None = None,
     spend: TenantSpend | None = None,
+    budget: TenantBudget | None = None,
 ) -> None:
     if hourly is not None and hourly not in _hourly:
         _hourly.append(hourly)
@@ -45,6 +48,8 @@ def register(
         _so_far.append(so_far)
     if spend is not None and spend not in _spend:
         _spend.append(spend)
+    if budget is not None and budget not in _budget:
+        _budget.append(budget)
 
 
 def _first(answers: Sequence[Callable[..., Any]], *args: Any) -> Any:
@@ -74,3 +79,10 @@ def spend_of(tenant: Any) -> Decimal | None:
         if spent is not None:
             return spent
     return None
+
+
+def budget_of(tenant: Any) -> Any | None:
+    """The budget that binds the tenant as payer now (its own or an ancestor's: the one with
+    the least left), with allowance, spent, remaining, percent, policy and state; None: no
+    budget (or billing is not installed)."""
+    return _first(_budget, tenant)

@@ -24,6 +24,7 @@ from scheduling.models import Cluster
 from tenants.models import Membership, Tenant
 from workloads import datasets as datasets_service
 from workloads import reasons as R
+from workloads.admission_checks import Ask, refusal_for
 from workloads.choices import HOLDING, WAITING, WorkloadKind
 from workloads.constants import check_env_limits
 from workloads.lifecycle import created
@@ -103,6 +104,8 @@ def launch_environment(
                 % {"flavor": flavor.name, "template": template.name}
             }
         )
+    payer = payer_for(grant, actor)
+    _refuse_if_checks_say(Ask.launch(payer, flavor, actor))
     with transaction.atomic():
         # One person's launches take turns (their user row locked), so the count below and
         # the create after it cannot interleave with another launch of theirs.
@@ -131,13 +134,21 @@ def launch_environment(
             env=dict(template.environment),
             idle_timeout_minutes=grant.idle_timeout_minutes,
             priority=grant.priority_class.value if grant.priority_class else 0,
-            **payer_for(grant, actor),
+            **payer,
         )
         workload.datasets.set(mounted)
         created(
             workload, actor=actor, reason=R.LAUNCHED(template=template.name, flavor=flavor.name)
         )
     return workload
+
+
+def _refuse_if_checks_say(ask: Ask) -> None:
+    """A launch the registered admission checks refuse (a payer's budget used up) is a 400
+    with their reason, in the asker's language."""
+    refusal = refusal_for(ask)
+    if refusal is not None:
+        raise ValidationError({"budget": refusal.render()})
 
 
 MAX_COMMAND_CHARS = 256 * 4096
@@ -223,6 +234,8 @@ def submit_job(
                 % {"flavor": flavor.name, "tenant": tenant.name}
             }
         )
+    payer = payer_for(grant, actor)
+    _refuse_if_checks_say(Ask.launch(payer, flavor, actor))
     with transaction.atomic():
         workload = Workload.objects.create(
             kind=WorkloadKind.JOB,
@@ -238,7 +251,7 @@ def submit_job(
             workers=workers,
             max_retries=max_retries,
             priority=grant.priority_class.value if grant.priority_class else 0,
-            **payer_for(grant, actor),
+            **payer,
         )
         workload.datasets.set(mounted)
         created(

@@ -14,12 +14,14 @@ from scheduling.backends.registry import get_backend
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
 from workloads import datasets, services
+from workloads.admission_checks import Ask, refusal_for
 from workloads.choices import ACTIVE
-from workloads.costs import cost_so_far, hourly_prices
+from workloads.costs import budget_of, cost_so_far, hourly_prices
 from workloads.forms import JobForm, LaunchForm
 from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Workload
 from workloads.outlook import outlooks
+from workloads.payer import payer_for
 from workloads.permissions import can_control, visible_workloads
 from workloads.specs import handle_for
 from workloads.usage import usage
@@ -37,6 +39,8 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
     seen = outlooks(request.user, grants) if grants else {}
     mountable = list(datasets.visible_to(request.user)[:200])
     cards = []
+    memo: dict[str, object] = {}  # the admission checks' memo, shared by every card
+    budgets: dict[int, object] = {}  # payer tenant id → its budget (workloads.costs.budget_of)
     for grant in grants:
         cluster = grant.cluster or services.default_cluster()
         if cannot_run(grant.template.kind, cluster) is not None:
@@ -44,21 +48,34 @@ def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
         flavors = list(grant.flavors.all())
         prices = hourly_prices(cluster, flavors, grant)
         default = grant.template.default_flavor
+        payer = payer_for(grant, request.user)
+        tenant = payer["payer_tenant"]
+        if tenant is not None and tenant.pk not in budgets:
+            budgets[tenant.pk] = budget_of(tenant)
+        # (flavor, outlook, price per hour now or None, why a launch is refused or None)
+        sizes = [
+            (
+                flavor,
+                seen[(grant.pk, flavor.pk)],
+                prices.get(flavor.pk),
+                refusal_for(Ask.launch(payer, flavor, request.user), memo),
+            )
+            for flavor in flavors
+        ]
+        refused = [flavor.pk for flavor, _o, _p, why in sizes if why is not None]
         cards.append(
             {
                 "grant": grant,
                 "cluster": cluster,
-                "form": LaunchForm(
-                    flavors=grant.flavors.all(),
+                "form": LaunchForm(  # a size the budget refuses is not offered
+                    flavors=grant.flavors.exclude(pk__in=refused),
                     datasets=datasets.visible_to(request.user),
                     initial={"flavor": default if default in flavors else None},
                 ),
                 "datasets": mountable,
-                # (flavor, outlook, price per hour now or None)
-                "sizes": [
-                    (flavor, seen[(grant.pk, flavor.pk)], prices.get(flavor.pk))
-                    for flavor in flavors
-                ],
+                # What is left of the payer's budget (None: no budget, or a person pays).
+                "budget": budgets.get(tenant.pk) if tenant is not None else None,
+                "sizes": sizes,
             }
         )
     return render(request, "workloads/app_center.html", {"cards": cards})

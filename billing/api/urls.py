@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from billing.api import invoices, views
+from billing.api import budgets, invoices, views
 
 app_name = "billing-api"
 
@@ -11,5 +11,7 @@ router.register("ledger-entries", views.LedgerEntryViewSet, basename="ledger-ent
 router.register("usage-intervals", views.UsageIntervalViewSet, basename="usage-interval")
 router.register("invoices", invoices.InvoiceViewSet, basename="invoice")
 router.register("statements", invoices.StatementViewSet, basename="statement")
+router.register("budgets", budgets.BudgetViewSet, basename="budget")
+router.register("credits", budgets.CreditViewSet, basename="credit")
 
 urlpatterns = router.urls

@@ -29,7 +29,7 @@ from tenants.http import AuthenticatedHttpRequest
 from tenants.models import Membership, Tenant
 from tenants.permissions import Access, administers_anything
 from workloads import grants, services
-from workloads.costs import spend_of
+from workloads.costs import budget_of, spend_of
 from workloads.models import Grant, Workload
 from workloads.teaching import queries
 from workloads.teaching.forms import GrantForm, MemberForm, WindowFormSet, typed, typed_rows
@@ -103,6 +103,7 @@ def dashboard(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
             "roster": roster,
             "gpu_hours": queries.used_gpu_hours(tenant) + sum(sessions.held.values(), Decimal(0)),
             "spend": spend_of(tenant),
+            "budget": budget_of(tenant),
             "grants": queries.class_grants(tenant),
             "member_form": member_form,
             "today": timezone.localdate(),
