@@ -65,6 +65,41 @@ class DatasetMount:
 
 
 @dataclass(frozen=True)
+class ReplicaWindow:
+    """A time of day when an endpoint keeps at least ``min_replicas`` (昼推夜训: serving by
+    day, the GPUs back to training at night). ``days``: 0 = Monday … 6 = Sunday; a window
+    whose start is after its end runs across midnight (its days are those it starts on)."""
+
+    days: tuple[int, ...]
+    start: dt.time
+    end: dt.time
+    min_replicas: int
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """What a serving workload serves and how it scales (``WorkloadSpec.serving``).
+
+    The model server speaks the Open Inference Protocol v2 (``/v2/health/ready``,
+    ``/v2/models/<model_name>/infer``) for ``model_name`` from the version's files: the folder
+    ``model_dir`` on the host (local), or ``storage_uri`` (``pvc://claim/path``) on Kubernetes.
+    Replicas stay between ``min_replicas`` and ``max_replicas``, aiming at
+    ``target_concurrency`` requests in flight per replica; with ``min_replicas`` 0 an idle
+    endpoint scales to zero after ``scale_to_zero_after_s`` and starts on the next request.
+    ``schedule`` raises the minimum inside its windows (``scheduling.serving.min_replicas_at``)."""
+
+    model_name: str
+    framework: str  # "sklearn", "pytorch", "onnx", "custom", …
+    model_dir: str = ""
+    storage_uri: str = ""
+    min_replicas: int = 1
+    max_replicas: int = 1
+    target_concurrency: int = 4
+    scale_to_zero_after_s: int = 300
+    schedule: tuple[ReplicaWindow, ...] = ()
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     workload_id: str  # a UUID; every name the backend makes derives from it
     kind: str  # "notebook", "job" or "serving"
@@ -85,6 +120,7 @@ class WorkloadSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     program: tuple[str, ...] = ()  # desktops: the program (argv) the desktop starts
     datasets: tuple[DatasetMount, ...] = ()  # mounted read-only
+    serving: ServingSpec | None = None  # kind "serving": the model and its scaling
 
 
 @dataclass
