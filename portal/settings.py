@@ -56,6 +56,9 @@ DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
 # unpacked into its "uploads" folder, each at most DATASET_UPLOAD_MAX_MB unpacked.
 DATASETS_DIR = Path(envstr("DATASETS_DIR", str(DATA_DIR / "datasets"))).resolve()
 DATASET_UPLOAD_MAX_MB = envint("DATASET_UPLOAD_MAX_MB", 1024, minimum=1)
+# Models (workloads.model_registry): each version's files, copied in and never changed after.
+MODELS_DIR = Path(envstr("MODELS_DIR", str(DATA_DIR / "models"))).resolve()
+MODEL_UPLOAD_MAX_MB = envint("MODEL_UPLOAD_MAX_MB", 2048, minimum=1)
 
 INSTALLED_APPS = [
     "daphne",
@@ -354,6 +357,13 @@ CODE_SERVER_BIN = envstr(
 NOVNC_DIR = envstr("NOVNC_DIR", "/usr/share/novnc")
 # A PyCharm installation (its bin/pycharm.sh starts in a desktop); empty: PyCharm not offered.
 PYCHARM_HOME = envstr("PYCHARM_HOME", "")
+# Model serving (docs/serving.md): the model servers' interpreter (its own venv, with
+# scikit-learn; `make apps` installs it into .apps/serving), else serving is not offered here.
+SERVING_PYTHON = envstr("SERVING_PYTHON", str(BASE_DIR / ".apps" / "serving" / "bin" / "python"))
+# Requests per second an endpoint takes by default (its own limit may differ), and how long a
+# request to an endpoint scaled to zero waits for its first replica (a cold start).
+SERVING_RATE_LIMIT = envint("SERVING_RATE_LIMIT", 50, minimum=1)
+SERVING_COLD_START_SECONDS = envint("SERVING_COLD_START_SECONDS", 60, minimum=1)
 # More paths every local task may read (read-only in the sandbox), comma-separated.
 LOCAL_READONLY_PATHS = envlist("LOCAL_READONLY_PATHS", "")
 

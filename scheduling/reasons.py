@@ -178,6 +178,16 @@ SOCKET_PATH_TOO_LONG = define(
     "socket_path_too_long",
     gettext_noop("the path %(path)s is too long for a UNIX socket: use a shorter DATA_DIR"),
 )
+MODEL_SERVER_NOT_INSTALLED = define(
+    "model_server_not_installed",
+    gettext_noop(
+        "the model server's Python (with scikit-learn) is not installed on this host: "
+        "run make apps, or set SERVING_PYTHON"
+    ),
+)
+MODEL_NOT_LOADED = define(
+    "model_not_loaded", gettext_noop("replica %(n)s of the model server exited with code %(code)s")
+)
 WAITING_FOR_SERVER_ANSWER = define(
     "waiting_for_server_answer", gettext_noop("waiting for the server to answer")
 )

@@ -229,6 +229,33 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """A serving workload's replicas now: how many it should have, the ones that answer
+    (each reached like a notebook, ``Endpoint``), and those still starting."""
+
+    desired: int
+    ready: tuple[Endpoint, ...] = ()
+    starting: int = 0
+
+
+@runtime_checkable
+class ScalingBackend(Protocol):
+    """An optional capability: change a serving workload's replica count between its
+    ``min_replicas`` and ``max_replicas`` (the portal's autoscaler decides), and list the
+    replicas that answer (the gateway spreads requests over them)."""
+
+    supports_scaling: bool
+
+    def scale(self, handle: Handle, replicas: int) -> None:
+        """Aim at ``replicas`` (0 allowed); idempotent, returns once the change is under way."""
+        ...
+
+    def replicas(self, handle: Handle) -> ReplicaStatus:
+        """The replicas as they are now."""
+        ...
+
+
 @runtime_checkable
 class ExecBackend(Protocol):
     """An optional capability: run commands inside a running workload (the SSH gateway,

@@ -13,6 +13,7 @@ No Django here: the portal passes in everything the backend needs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import hashlib
@@ -44,6 +45,7 @@ from scheduling.backends import sandbox as _sandbox
 from scheduling.backends.base import (
     TERMINAL_PHASES,
     BackendError,
+    DatasetMount,
     Endpoint,
     GpuInfo,
     Handle,
@@ -51,6 +53,9 @@ from scheduling.backends.base import (
     NodeInfo,
     Observation,
     Phase,
+    ReplicaStatus,
+    Resources,
+    ServingSpec,
     TaskPlacement,
     WorkloadSpec,
 )
@@ -75,6 +80,8 @@ APP_NAMES = {
     "tensorboard": "TensorBoard",
 }
 DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
+MODEL_SERVER = Path(__file__).with_name("model_server.py")
+SERVING_APP = "model-server"  # the template kind of serving workloads
 DESKTOP_PROGRAMS = ("Xvnc", "xauth")
 NOVNC_DIR = "/usr/share/novnc"
 PYCHARM_LAUNCHERS = ("bin/pycharm.sh", "bin/pycharm")
@@ -169,6 +176,7 @@ class LocalBackend:
         code_server: str | None = None,
         novnc_dir: str | None = NOVNC_DIR,
         pycharm_home: str | None = None,
+        serving_python: str | None = None,
     ) -> None:
         if sandbox not in _sandbox.SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {_sandbox.SANDBOX_MODES}, not {sandbox!r}")
@@ -192,13 +200,20 @@ class LocalBackend:
         self.code_server = shutil.which(code_server or "code-server")
         self.novnc_dir = novnc_dir or ""
         self.pycharm = _pycharm_launcher(pycharm_home)
+        # The interpreter of the model servers (its own venv: scikit-learn and friends must
+        # not move the portal's pins); None where it is not installed.
+        self.serving_python = (
+            serving_python if serving_python and os.access(serving_python, os.X_OK) else None
+        )
         # What every task may read besides the system: the caller's paths, and the installs of
         # the apps this backend starts (code-server's package, PyCharm, the desktop launcher).
         installs = (_install_root(self.code_server), _pycharm_root(self.pycharm))
         extra = [DESKTOP_LAUNCHER, *(path for path in installs if path)]
+        if self.serving_python:
+            extra += [MODEL_SERVER, *_sandbox.python_prefixes(self.serving_python)]
         self.readonly_paths = tuple(dict.fromkeys([*map(Path, readonly_paths), *extra]))
         self.unavailable: dict[str, Reason] = self._unavailable(pycharm_home)
-        self.apps = APPS | (HOST_APPS - self.unavailable.keys())
+        self.apps = APPS | ({*HOST_APPS, SERVING_APP} - self.unavailable.keys())
 
     @property
     def isolation(self) -> _sandbox.Isolation:
@@ -234,6 +249,8 @@ class LocalBackend:
                 self._kill_tasks(state, signal.SIGKILL)
             if spec.kind == "job":
                 state = self._start_job(spec, workdir, placements)
+            elif spec.kind == "serving":
+                state = self._start_serving(spec, workdir, placements)
             else:
                 state = self._start_server(spec, workdir, placements[0])
             return Handle(spec.workload_id, state)
@@ -269,6 +286,9 @@ class LocalBackend:
     def endpoint(self, handle: Handle) -> Endpoint | None:
         """The server's URL and credentials once it answers; None before and after."""
         workdir, state = self._load(handle)
+        if state is not None and state.get("kind") == "serving":
+            ready = self.replicas(handle).ready
+            return ready[0] if ready else None
         if state is None or state.get("kind") == "job":
             return None
         if state.get("port") is None and not state.get("socket"):
@@ -374,7 +394,14 @@ class LocalBackend:
                 raise BackendError("a job needs at least one worker")
             return
         if spec.kind == "serving":
-            raise BackendError("the local backend does not serve models yet")
+            if SERVING_APP in self.unavailable:
+                reason = self.unavailable[SERVING_APP]
+                raise BackendError(str(reason), reason=reason)
+            if spec.serving is None:
+                raise BackendError("a serving workload needs a model to serve")
+            if not Path(spec.serving.model_dir).is_dir():
+                raise BackendError(f"the model's files are missing: {spec.serving.model_dir}")
+            return
         if spec.kind != "notebook":
             raise BackendError(f"the local backend does not know workloads of kind {spec.kind!r}")
         if spec.app in self.unavailable:
@@ -395,6 +422,8 @@ class LocalBackend:
     def _placements(self, spec: WorkloadSpec) -> tuple[TaskPlacement, ...]:
         """One placement per task; none given means no GPU. Devices must exist here."""
         tasks = spec.workers if spec.kind == "job" else 1
+        if spec.kind == "serving" and spec.placement:
+            tasks = len(spec.placement)  # one per replica it may scale to (max_replicas)
         if not spec.placement:
             return tuple(TaskPlacement(node=self.node_name) for _ in range(tasks))
         if len(spec.placement) != tasks:
@@ -509,6 +538,7 @@ class LocalBackend:
         cwd: Path,
         env: dict[str, str],
         placement: TaskPlacement,
+        binds: Sequence[tuple[str, str]] = (),
     ) -> None:
         """Start one task under the runner, in its sandbox and cgroup where the host has them;
         on failure kill the tasks already started (gang: all or none) and say why. State is
@@ -550,7 +580,10 @@ class LocalBackend:
                 run_dir=self._run_dir(workdir),
                 python=self.python,
                 readonly_paths=self.readonly_paths,
-                readonly_binds=[(mount.source, mount.target) for mount in spec.datasets],
+                readonly_binds=[
+                    *((mount.source, mount.target) for mount in spec.datasets),
+                    *binds,
+                ],
                 network=self.sandbox_network,
                 gpu_devices=bool(placement.gpu_indices),
                 mps_pipe_directory=mps if placement.gpu_indices else None,
@@ -738,6 +771,8 @@ class LocalBackend:
             missing["pycharm-desktop"] = R.PYCHARM_NOT_CONFIGURED()
         elif self.pycharm is None:
             missing["pycharm-desktop"] = R.PYCHARM_NOT_FOUND(path=pycharm_home)
+        if self.serving_python is None:
+            missing[SERVING_APP] = R.MODEL_SERVER_NOT_INSTALLED()
         return missing
 
     def _desktop_program(self, spec: WorkloadSpec) -> list[str]:
@@ -859,6 +894,8 @@ class LocalBackend:
             outcome = {"phase": Phase.STOPPED.value, "reason": R.STOPPED_ON_REQUEST().to_json()}
         elif state["kind"] == "job":
             outcome = self._job_outcome(workdir, state, exits, alive, now)
+        elif state["kind"] == "serving":
+            outcome = self._serving_outcome(workdir, state, exits, alive)
         else:
             outcome = self._server_outcome(workdir, state, exits, alive)
         if outcome is None:
@@ -947,6 +984,8 @@ class LocalBackend:
         workload_id = state["workload_id"]
         if state["kind"] == "job":
             return Observation(workload_id, Phase.RUNNING, attempt=attempt)
+        if state["kind"] == "serving":
+            return self._serving_observation(state, attempt, probe=probe)
         status = self._probe(state) if probe else None
         if status is None:
             if state.get("ready"):  # answered before: a slow reply does not make it STARTING
@@ -995,6 +1034,158 @@ class LocalBackend:
                 return body if isinstance(body, dict) else {}
         except (OSError, ValueError, urllib.error.URLError):
             return None
+
+    # -- serving (model-server replicas, docs/serving.md) ------------------------------------
+
+    supports_scaling = True
+
+    def _start_serving(
+        self, spec: WorkloadSpec, workdir: Path, placements: Sequence[TaskPlacement]
+    ) -> dict[str, Any]:
+        """The first replicas: at least one, so that a model that does not load fails the
+        endpoint now rather than at its first request."""
+        assert spec.serving is not None
+        serving = spec.serving
+        self._working_dir(spec, workdir)
+        state = self._new_state(
+            spec,
+            workdir,
+            workers=0,  # replicas come and go: no gang to check
+            desired=0,
+            serving_spec=_spec_to_json(spec),
+            placements=[{"node": p.node, "gpu_indices": list(p.gpu_indices)} for p in placements],
+        )
+        self._scale_to(workdir, state, max(1, serving.min_replicas))
+        return state
+
+    def scale(self, handle: Handle, replicas: int) -> None:
+        """Start or stop replicas until ``replicas`` run (within 0 … max_replicas)."""
+        workdir, state = self._load(handle)
+        if state is None or state.get("kind") != "serving":
+            raise BackendError("not a serving workload of this backend")
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            if state.get("outcome") or state.get("stop_requested_at") is not None:
+                return
+            self._scale_to(workdir, state, replicas)
+
+    def replicas(self, handle: Handle) -> ReplicaStatus:
+        """The replicas that answer ``/v2/health/ready`` (asked until each answers once)."""
+        workdir, state = self._load(handle)
+        if state is None or state.get("kind") != "serving":
+            return ReplicaStatus(desired=0)
+        with self._locked(workdir):
+            state = self._read_state(workdir) or state
+            before = _snapshot(state)
+            if state.get("outcome") or state.get("stop_requested_at") is not None:
+                return ReplicaStatus(desired=0)
+            ready, starting = self._replica_sockets(state)
+            self._save_if_changed(workdir, state, before)
+        return ReplicaStatus(
+            desired=int(state.get("desired", 0)),
+            ready=tuple(Endpoint(url="http://localhost/", unix_socket=path) for path in ready),
+            starting=starting,
+        )
+
+    def _replica_sockets(self, state: dict[str, Any]) -> tuple[list[str], int]:
+        ready, starting = [], 0
+        for task in state["tasks"]:
+            if task.get("retired") or not self._task_alive(task):
+                continue
+            if not task.get("ready") and _v2_ready(task["socket"]):
+                task["ready"] = True
+                state["ready"] = True
+            if task.get("ready"):
+                ready.append(task["socket"])
+            else:
+                starting += 1
+        return ready, starting
+
+    def _scale_to(self, workdir: Path, state: dict[str, Any], replicas: int) -> None:
+        spec = _spec_from_json(state["serving_spec"])
+        assert spec.serving is not None
+        replicas = max(0, min(replicas, spec.serving.max_replicas))
+        active = [
+            task for task in state["tasks"] if not task.get("retired") and self._task_alive(task)
+        ]
+        for task in active[replicas:][::-1]:  # the newest go first
+            task["retired"] = True
+            self._terminate_task(task)
+        for _ in range(replicas - len(active)):
+            self._start_replica(workdir, state, spec)
+        state["desired"] = replicas
+        self._write_state(workdir, state)
+
+    def _start_replica(self, workdir: Path, state: dict[str, Any], spec: WorkloadSpec) -> None:
+        serving = spec.serving
+        assert serving is not None and self.serving_python is not None
+        index = len(state["tasks"])
+        placements = state.get("placements") or [{"node": self.node_name, "gpu_indices": []}]
+        slot = placements[index % len(placements)]
+        placement = TaskPlacement(node=slot["node"], gpu_indices=tuple(slot["gpu_indices"]))
+        cwd = self._working_dir(spec, workdir)
+        run_dir = self._app_dir(workdir, "serving")
+        socket_path = _socket_path(run_dir / f"replica-{index}.sock")
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        env = self._env(spec, placement, cwd)
+        env["PYTHONUNBUFFERED"] = "1"
+        command = [
+            self.serving_python, "-P", str(MODEL_SERVER), "--socket", str(socket_path),
+            "--model-dir", serving.model_dir, "--model-name", serving.model_name,
+            "--framework", serving.framework,
+            "--version", str(spec.labels.get("quanta.model-version", "1")),
+        ]  # fmt: skip
+        binds = [(serving.model_dir, serving.model_dir)]
+        self._launch(state, workdir, index, spec, command, cwd, env, placement, binds)
+        state["tasks"][-1].update(socket=str(socket_path), ready=False, retired=False)
+
+    def _serving_outcome(
+        self,
+        workdir: Path,
+        state: dict[str, Any],
+        exits: list[dict[str, Any] | None],
+        alive: list[bool],
+    ) -> dict[str, Any] | None:
+        """A replica that ends before it ever answered fails the endpoint with the server's
+        last words (a model that does not load); one that dies later is replaced."""
+        replace = 0
+        for index, (task, ended, running) in enumerate(
+            zip(state["tasks"], exits, alive, strict=True)
+        ):
+            if task.get("retired") or running:
+                continue
+            if task.get("ready"):
+                task["retired"] = True
+                replace += 1
+                continue
+            code = ended["exit_code"] if ended else None
+            reason = R.MODEL_NOT_LOADED(n=index, code=code)
+            last = _last_line(workdir / task["log"])
+            if last:
+                reason = R.WITH_DETAIL(reason=reason, detail=last)
+            for other, other_running in zip(state["tasks"], alive, strict=True):
+                if other_running:
+                    self._terminate_task(other)
+            state["failed_at"] = time.time()
+            return {"phase": Phase.FAILED.value, "reason": reason.to_json(), "exit_code": code}
+        if replace:
+            spec = _spec_from_json(state["serving_spec"])
+            for _ in range(replace):
+                self._start_replica(workdir, state, spec)
+        return None
+
+    def _serving_observation(
+        self, state: dict[str, Any], attempt: int, *, probe: bool = True
+    ) -> Observation:
+        workload_id = state["workload_id"]
+        if probe:
+            self._replica_sockets(state)
+        if state.get("ready"):  # answered once: scaled down (even to zero) it still runs
+            return Observation(workload_id, Phase.RUNNING, attempt=attempt)
+        return Observation(
+            workload_id, Phase.STARTING, R.WAITING_FOR_SERVER_ANSWER(), attempt=attempt
+        )
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -1436,6 +1627,65 @@ def _rfb_answers(path: str) -> bool:
             return probe.recv(12).startswith(b"RFB 003.")
     except OSError:
         return False
+
+
+def _v2_ready(path: str) -> bool:
+    """A model server's ``/v2/health/ready`` over its socket answers 200."""
+    connection = http.client.HTTPConnection("localhost", timeout=PROBE_TIMEOUT)
+    try:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(PROBE_TIMEOUT)
+        probe.connect(path)
+        connection.sock = probe
+        connection.request("GET", "/v2/health/ready")
+        return connection.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def _spec_to_json(spec: WorkloadSpec) -> dict[str, Any]:
+    """What a replica started later needs of the spec (the replicas outlive the submit)."""
+    assert spec.serving is not None
+    serving = spec.serving
+    return {
+        "workload_id": spec.workload_id,
+        "kind": spec.kind,
+        "app": spec.app,
+        "owner": spec.owner,
+        "env": dict(spec.env),
+        "resources": dataclasses.asdict(spec.resources),
+        "attempt": spec.attempt,
+        "working_dir": spec.working_dir,
+        "labels": dict(spec.labels),
+        "datasets": [dataclasses.asdict(mount) for mount in spec.datasets],
+        "serving": {
+            "model_name": serving.model_name,
+            "framework": serving.framework,
+            "model_dir": serving.model_dir,
+            "max_replicas": serving.max_replicas,
+            "min_replicas": serving.min_replicas,
+        },
+    }
+
+
+def _spec_from_json(data: Mapping[str, Any]) -> WorkloadSpec:
+    resources = dict(data["resources"])
+    resources["gpu_models"] = tuple(resources.get("gpu_models") or ())
+    return WorkloadSpec(
+        workload_id=data["workload_id"],
+        kind=data["kind"],
+        app=data["app"],
+        owner=data["owner"],
+        env=dict(data["env"]),
+        resources=Resources(**resources),
+        attempt=int(data["attempt"]),
+        working_dir=data["working_dir"],
+        labels=dict(data["labels"]),
+        datasets=tuple(DatasetMount(**mount) for mount in data["datasets"]),
+        serving=ServingSpec(**data["serving"]),
+    )
 
 
 def _code_server_health(path: str) -> dict[str, Any] | None:

@@ -54,6 +54,7 @@ def _build(cluster: Cluster) -> Backend:
             code_server=settings.CODE_SERVER_BIN,
             novnc_dir=settings.NOVNC_DIR,
             pycharm_home=settings.PYCHARM_HOME,
+            serving_python=settings.SERVING_PYTHON,
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend
