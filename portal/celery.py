@@ -27,6 +27,7 @@ app.conf.task_routes = {
 app.conf.beat_schedule = {
     "reconcile-clusters": {"task": "quanta.cluster.reconcile", "schedule": 3.0},
     "cull-idle-environments": {"task": "quanta.workloads.cull", "schedule": 60.0},
+    "serving-schedules": {"task": "quanta.serving.schedules", "schedule": 30.0},
     "sync-nodes": {"task": "quanta.cluster.sync_nodes", "schedule": 300.0},
     "expire-grants": {"task": "quanta.workloads.expire_grants", "schedule": 600.0},
     "close-ended-terms": {"task": "quanta.tenants.close_ended_terms", "schedule": 3600.0},

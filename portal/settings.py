@@ -59,6 +59,8 @@ DATASET_UPLOAD_MAX_MB = envint("DATASET_UPLOAD_MAX_MB", 1024, minimum=1)
 # Models (workloads.model_registry): each version's files, copied in and never changed after.
 MODELS_DIR = Path(envstr("MODELS_DIR", str(DATA_DIR / "models"))).resolve()
 MODEL_UPLOAD_MAX_MB = envint("MODEL_UPLOAD_MAX_MB", 2048, minimum=1)
+# Kubernetes: the PersistentVolumeClaim that holds MODELS_DIR (storage_uri pvc://<claim>/…).
+MODELS_CLAIM = envstr("MODELS_CLAIM", "")
 
 INSTALLED_APPS = [
     "daphne",

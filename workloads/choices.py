@@ -9,6 +9,7 @@ class AppKind(models.TextChoices):
     DESKTOP = "desktop", _("Desktop")
     TENSORBOARD = "tensorboard", _("TensorBoard")
     TERMINAL = "terminal", _("Terminal")
+    MODEL_SERVER = "model-server", _("Model server")
 
 
 class WorkloadKind(models.TextChoices):
@@ -61,8 +62,15 @@ WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
 class Visibility(models.TextChoices):
-    """Who may see and mount a dataset (and, later, a model)."""
+    """Who may see and mount a dataset, and see and deploy a model."""
 
     PRIVATE = "private", _("Only me")
     TENANT = "tenant", _("A class, project or department")
     PUBLIC = "public", _("Everyone on the portal")
+
+
+class Framework(models.TextChoices):
+    """What the model server loads a version's files with (docs/serving.md)."""
+
+    SKLEARN = "sklearn", _("scikit-learn (joblib)")
+    CUSTOM = "custom", _("Custom (model.py with a class Model)")

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tarfile
 import uuid
-import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +34,7 @@ from django.utils.translation import gettext as _
 from core.audit import record
 from tenants.models import Tenant
 from tenants.permissions import Access
+from workloads.archives import unpack
 from workloads.choices import ACTIVE, Visibility
 from workloads.models import Dataset
 
@@ -55,6 +54,12 @@ def visible_to(user: Any) -> QuerySet[Dataset]:
         return datasets
     if access.user_id is None:
         return datasets.none()
+    return datasets.filter(shared_with(access))
+
+
+def shared_with(access: Access) -> Q:
+    """What a signed-in person (not a superuser) sees of things shared like datasets (models
+    too): their own, public ones, and those of the tenants their roles reach."""
     shared = Q(visibility=Visibility.PUBLIC) | Q(owner_id=access.user_id)
     # A role on the tenant or above it (an admin of the department sees its classes'), or
     # on a tenant below it (a class's student sees the department's dataset).
@@ -62,7 +67,7 @@ def visible_to(user: Any) -> QuerySet[Dataset]:
         shared |= Q(visibility=Visibility.TENANT, tenant__path__startswith=path)
         ids = [int(part) for part in path.strip("/").split("/") if part]
         shared |= Q(visibility=Visibility.TENANT, tenant_id__in=ids)
-    return datasets.filter(shared)
+    return shared
 
 
 def can_change(user: Any, dataset: Dataset) -> bool:
@@ -70,7 +75,7 @@ def can_change(user: Any, dataset: Dataset) -> bool:
     return access.is_superuser or dataset.owner_id == access.user_id
 
 
-def _check_sharing(access: Access, visibility: Any, tenant: Tenant | None) -> None:
+def check_sharing(access: Access, visibility: Any, tenant: Tenant | None) -> None:
     if visibility not in Visibility.values:
         raise ValidationError(
             {"visibility": _("must be one of %(v)s") % {"v": ", ".join(Visibility.values)}}
@@ -95,7 +100,7 @@ def _slug(name: str, slug: str | None) -> str:
     return value
 
 
-def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
+def text_field(name: str, value: Any, limit: int, *, required: bool = False) -> str:
     if value is None:
         value = ""
     if not isinstance(value, str):
@@ -108,7 +113,7 @@ def _text(name: str, value: Any, limit: int, *, required: bool = False) -> str:
     return value
 
 
-def _measure(folder: Path) -> tuple[int, int]:
+def measure(folder: Path) -> tuple[int, int]:
     size = files = 0
     for base, _dirs, names in os.walk(folder):
         for name in names:
@@ -124,23 +129,23 @@ def _create(
     *, actor: Any, path: str, name: Any, slug: Any, fields: dict[str, Any], how: str
 ) -> Dataset:
     access = Access.of(actor)
-    name = _text("name", name, 200, required=True)
+    name = text_field("name", name, 200, required=True)
     visibility = fields.get("visibility") or Visibility.PRIVATE
     tenant = fields.get("tenant")
-    _check_sharing(access, visibility, tenant)
+    check_sharing(access, visibility, tenant)
     with transaction.atomic():
         dataset = Dataset.objects.create(
             slug=_slug(name, slug if isinstance(slug, str) else None),
             name=name,
-            description=_text("description", fields.get("description"), 5000),
-            licence=_text("licence", fields.get("licence"), 200),
+            description=text_field("description", fields.get("description"), 5000),
+            licence=text_field("licence", fields.get("licence"), 200),
             owner=actor,
             visibility=visibility,
             tenant=tenant if visibility == Visibility.TENANT else None,
             path=path,
-            claim=_text("claim", fields.get("claim"), 253),
-            sub_path=_text("sub_path", fields.get("sub_path"), 500),
-            **dict(zip(("size_bytes", "files"), _measure(root() / path), strict=True)),
+            claim=text_field("claim", fields.get("claim"), 253),
+            sub_path=text_field("sub_path", fields.get("sub_path"), 500),
+            **dict(zip(("size_bytes", "files"), measure(root() / path), strict=True)),
         )
         record(
             "dataset.create",
@@ -160,7 +165,7 @@ def register_folder(
     """A folder already under ``DATASETS_DIR`` as a dataset. Admins only."""
     if not Access.of(actor).administers_anything():
         raise PermissionDenied(_("Only an admin registers a folder of the host."))
-    relative = _text("path", path, 500, required=True)
+    relative = text_field("path", path, 500, required=True)
     base = root().resolve()
     folder = (base / relative).resolve()
     if folder != base and base not in folder.parents:
@@ -183,74 +188,20 @@ def upload_archive(
     """An uploaded ``.zip``, ``.tar``, ``.tar.gz`` or ``.tgz``, unpacked as a new dataset."""
     if not Access.of(actor).user_id:
         raise PermissionDenied(_("Sign in to upload a dataset."))
-    _check_sharing(
+    check_sharing(
         Access.of(actor), fields.get("visibility") or Visibility.PRIVATE, fields.get("tenant")
     )
     relative = f"uploads/{uuid.uuid4().hex}"
     target = root() / relative
     target.mkdir(parents=True)
     try:
-        _unpack(archive, filename, target, settings.DATASET_UPLOAD_MAX_MB * 1024 * 1024)
+        unpack(archive, filename, target, settings.DATASET_UPLOAD_MAX_MB * 1024 * 1024)
         return _create(
             actor=actor, path=relative, name=name, slug=slug, fields=fields, how="upload"
         )
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-
-
-def _unpack(archive: IO[bytes], filename: str, target: Path, limit: int) -> None:
-    lower = (filename or "").lower()
-    too_big = ValidationError(
-        {"file": _("the archive holds more than %(n)s MiB") % {"n": limit // (1024 * 1024)}}
-    )
-    if lower.endswith(".zip"):
-        try:
-            bundle = zipfile.ZipFile(archive)
-        except zipfile.BadZipFile:
-            raise ValidationError({"file": _("not a readable zip archive")}) from None
-        with bundle:
-            members = bundle.infolist()
-            if sum(m.file_size for m in members) > limit:
-                raise too_big
-            for member in members:
-                if (member.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise ValidationError(
-                        {"file": _("the archive holds a link: %(n)s") % {"n": member.filename}}
-                    )
-                destination = _inside(target, member.filename)
-                if member.is_dir():
-                    destination.mkdir(parents=True, exist_ok=True)
-                    continue
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                with bundle.open(member) as source, open(destination, "wb") as out:
-                    shutil.copyfileobj(source, out)
-        return
-    if lower.endswith((".tar", ".tar.gz", ".tgz")):
-        try:
-            bundle_tar = tarfile.open(fileobj=archive, mode="r:*")  # noqa: SIM115 (with below)
-        except tarfile.TarError:
-            raise ValidationError({"file": _("not a readable tar archive")}) from None
-        with bundle_tar:
-            members_tar = bundle_tar.getmembers()
-            if sum(m.size for m in members_tar) > limit:
-                raise too_big
-            for info in members_tar:
-                if not (info.isfile() or info.isdir()):
-                    raise ValidationError(
-                        {"file": _("the archive holds a link or device: %(n)s") % {"n": info.name}}
-                    )
-                _inside(target, info.name)
-            bundle_tar.extractall(target, filter="data")
-        return
-    raise ValidationError({"file": _("upload a .zip, .tar, .tar.gz or .tgz archive")})
-
-
-def _inside(target: Path, name: str) -> Path:
-    destination = (target / name).resolve()
-    if destination != target.resolve() and target.resolve() not in destination.parents:
-        raise ValidationError({"file": _("the archive writes outside itself: %(n)s") % {"n": name}})
-    return destination
 
 
 @transaction.atomic
@@ -264,11 +215,11 @@ def update(*, actor: Any, dataset: Dataset, **changes: Any) -> Dataset:
     limits = {"name": 200, "description": 5000, "licence": 200, "claim": 253, "sub_path": 500}
     for key, limit in limits.items():
         if key in changes:
-            setattr(dataset, key, _text(key, changes[key], limit, required=key == "name"))
+            setattr(dataset, key, text_field(key, changes[key], limit, required=key == "name"))
     if "visibility" in changes or "tenant" in changes:
         visibility = changes.get("visibility", dataset.visibility)
         tenant = changes.get("tenant", dataset.tenant)
-        _check_sharing(Access.of(actor), visibility, tenant)
+        check_sharing(Access.of(actor), visibility, tenant)
         dataset.visibility = visibility
         dataset.tenant = tenant if visibility == Visibility.TENANT else None
     dataset.save()

@@ -14,7 +14,15 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.choices import MANAGING_ROLES
 from tenants.permissions import Access
-from workloads.choices import ACTIVE, AppKind, PayerKind, State, Visibility, WorkloadKind
+from workloads.choices import (
+    ACTIVE,
+    AppKind,
+    Framework,
+    PayerKind,
+    State,
+    Visibility,
+    WorkloadKind,
+)
 from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN
 
 
@@ -363,3 +371,145 @@ class WorkloadEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload_id}: {self.from_state} → {self.to_state}"
+
+
+# --- Models and serving (workloads.model_registry, workloads.serving; docs/serving.md) --------
+
+
+class MlModel(models.Model):
+    """A named model with numbered, immutable versions; seen like a dataset (``visibility``)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, max_length=5000)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="ml_models"
+    )
+    visibility = models.CharField(
+        max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(visibility="tenant") | Q(tenant__isnull=False),
+                name="model_tenant_visibility_names_a_tenant",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelVersion(models.Model):
+    """Files copied under ``MODELS_DIR/<path>`` once and never changed, with provenance."""
+
+    model = models.ForeignKey(MlModel, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    framework = models.CharField(max_length=16, choices=Framework.choices)
+    path = models.CharField(max_length=500)  # relative to MODELS_DIR
+    source_job = models.ForeignKey(
+        Workload, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    dataset = models.ForeignKey(
+        Dataset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    metrics = models.JSONField(default=dict, blank=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    files = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "number"], name="model_version_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.slug} v{self.number}"
+
+
+class ModelAlias(models.Model):
+    """A movable name for one version of a model ("production", "latest")."""
+
+    model = models.ForeignKey(MlModel, on_delete=models.CASCADE, related_name="aliases")
+    name = models.SlugField(max_length=40)
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="aliases")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="model_alias_name")]
+
+    def __str__(self) -> str:
+        return f"{self.model.slug}@{self.name}"
+
+
+class ServingEndpoint(models.Model):
+    """A model version served at ``/serve/<slug>/`` by one serving workload, scaled between
+    ``min_replicas`` and ``max_replicas`` aiming at ``target_concurrency`` requests in flight
+    per replica; ``schedule`` raises the minimum in its windows (昼推夜训)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=100)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="endpoints"
+    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="endpoints")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    min_replicas = models.PositiveSmallIntegerField(default=1)
+    max_replicas = models.PositiveSmallIntegerField(default=1)
+    target_concurrency = models.PositiveSmallIntegerField(default=4)
+    scale_to_zero_after_s = models.PositiveIntegerField(default=300)
+    # [{"days": [0, 1, 2, 3, 4], "start": "08:00", "end": "22:00", "min_replicas": 2}]
+    schedule = models.JSONField(default=list, blank=True)
+    rate_limit = models.PositiveIntegerField(default=50)  # requests per second
+    workload = models.OneToOneField(
+        Workload, null=True, blank=True, on_delete=models.SET_NULL, related_name="endpoint"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_request_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def model_name(self) -> str:
+        """The name the v2 protocol knows it by: /v2/models/<model_name>/infer."""
+        return self.version.model.slug
+
+    @property
+    def serve_path(self) -> str:
+        return f"/serve/{self.slug}/"
+
+
+class EndpointKey(models.Model):
+    """An API key of an endpoint (``Authorization: Bearer``): kept as a SHA-256, shown once."""
+
+    endpoint = models.ForeignKey(ServingEndpoint, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12)
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint.slug}: {self.name}"

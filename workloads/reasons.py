@@ -79,6 +79,7 @@ RECLAIMED = define(
 
 LAUNCHED = define("launched", gettext_noop("launched %(template)s with %(flavor)s"))
 SUBMITTED = define("submitted", gettext_noop("submitted: %(command)s"))
+DEPLOYED = define("deployed", gettext_noop("deployed %(model)s with %(flavor)s"))
 STOPPED_BY_PORTAL = define("stopped_by_portal", gettext_noop("stopped by the portal"))
 STOPPED_BY = define("stopped_by", gettext_noop("stopped by %(who)s"))
 EXTENDED_UNTIL = define("extended_until", gettext_noop("extended until %(time)s"))

@@ -1,4 +1,5 @@
-"""Routes of the notebook proxy: ``/nb/<workload id>/…`` over HTTP and WebSocket.
+"""Routes of the notebook proxy (``/nb/<workload id>/…``, HTTP and WebSocket) and of the
+serving gateway (``/serve/<endpoint>/…``, HTTP).
 
 HTTP: ``portal/asgi.py`` puts ``http_urlpatterns`` before Django (the proxy consumer needs
 the session, hence its own ``AuthMiddlewareStack``). WebSocket: ``portal/routing.py`` adds
@@ -9,10 +10,13 @@ the session, hence its own ``AuthMiddlewareStack``). WebSocket: ``portal/routing
 from channels.auth import AuthMiddlewareStack
 from django.urls import URLPattern, re_path
 
+from workloads.gateway import ServingGateway
 from workloads.proxy import NotebookHttpProxy, NotebookWebsocketProxy
 
 http_urlpatterns: list[URLPattern] = [
     re_path(r"^nb/", AuthMiddlewareStack(NotebookHttpProxy.as_asgi())),
+    # The serving gateway (workloads.gateway): /serve/<endpoint>/v2/…
+    re_path(r"^serve/", AuthMiddlewareStack(ServingGateway.as_asgi())),
 ]
 
 websocket_urlpatterns: list[URLPattern] = [

@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
-from scheduling.backends.base import DatasetMount, Handle, Resources, TaskPlacement, WorkloadSpec
+from scheduling.backends.base import (
+    DatasetMount,
+    Handle,
+    ReplicaWindow,
+    Resources,
+    ServingSpec,
+    TaskPlacement,
+    WorkloadSpec,
+)
 from scheduling.inventory import queue_for
 from scheduling.models import Allocation
 from tenants.quota import Request
 from workloads import datasets
 from workloads.choices import WorkloadKind
-from workloads.models import Flavor, Workload
+from workloads.models import Flavor, ServingEndpoint, Workload
 
 
 def resources_for(flavor: Flavor) -> Resources:
@@ -70,6 +79,10 @@ def spec_for(workload: Workload) -> WorkloadSpec:
         for _task, rows in sorted(by_task.items())
     )
     template = workload.template
+    serving = serving_spec_for(workload) if workload.kind == WorkloadKind.SERVING else None
+    labels = {"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug}
+    if serving is not None:
+        labels["quanta.model-version"] = str(workload.endpoint.version.number)
     return WorkloadSpec(
         workload_id=str(workload.pk),
         kind=workload.kind,
@@ -86,7 +99,7 @@ def spec_for(workload: Workload) -> WorkloadSpec:
         working_dir=home_dir(workload.owner),
         placement=placement,
         queue=queue_for(workload.cluster, workload.tenant),
-        labels={"quanta.workload-id": str(workload.pk), "quanta.tenant": workload.tenant.slug},
+        labels=labels,
         program=tuple(template.program.split()) if template else (),
         datasets=tuple(
             DatasetMount(
@@ -98,8 +111,44 @@ def spec_for(workload: Workload) -> WorkloadSpec:
             )
             for dataset, folder in datasets.mounts(list(workload.datasets.order_by("slug")))
         ),
+        serving=serving,
+    )
+
+
+def serving_spec_for(workload: Workload) -> ServingSpec | None:
+    """The model and scaling of a serving workload, from its endpoint
+    (``workloads.serving``); the version's files are a folder under ``MODELS_DIR`` here and
+    ``pvc://MODELS_CLAIM/<folder>`` on Kubernetes."""
+    endpoint = getattr(workload, "endpoint", None)
+    if endpoint is None:
+        return None
+    version = endpoint.version
+    claim = settings.MODELS_CLAIM
+    return ServingSpec(
+        model_name=endpoint.model_name,
+        framework=version.framework,
+        model_dir=str(settings.MODELS_DIR / version.path),
+        storage_uri=f"pvc://{claim}/{version.path}" if claim else "",
+        min_replicas=endpoint.min_replicas,
+        max_replicas=endpoint.max_replicas,
+        target_concurrency=endpoint.target_concurrency,
+        scale_to_zero_after_s=endpoint.scale_to_zero_after_s,
+        schedule=windows(endpoint),
     )
 
 
 def handle_for(workload: Workload) -> Handle:
     return Handle(str(workload.pk), dict(workload.backend_state or {}))
+
+
+def windows(endpoint: ServingEndpoint) -> tuple[ReplicaWindow, ...]:
+    """An endpoint's stored schedule (``workloads.serving.parse_schedule``) as windows."""
+    return tuple(
+        ReplicaWindow(
+            days=tuple(w["days"]),
+            start=dt.time.fromisoformat(w["start"]),
+            end=dt.time.fromisoformat(w["end"]),
+            min_replicas=int(w["min_replicas"]),
+        )
+        for w in endpoint.schedule or ()
+    )

@@ -28,8 +28,8 @@ from scheduling.locks import cluster_lock
 from scheduling.models import Cluster
 from scheduling.tasks import kubernetes_backend as _kubernetes
 from scheduling.tasks import kubernetes_clusters
+from workloads import autoscale, services
 from workloads import reconcile as loop
-from workloads import services
 from workloads.choices import WAITING, State
 from workloads.models import Workload
 
@@ -235,3 +235,9 @@ def resync_cluster(cluster: Cluster) -> dict[str, int]:
     _kubernetes(cluster)
     counts = loop.reconcile(cluster)
     return {**counts, "admitted": services.admit_queued(cluster)}
+
+
+@shared_task(name="quanta.serving.schedules", acks_late=True)
+def serving_schedules() -> int:
+    """Endpoints to their schedule's minimum, idle ones to zero (``autoscale.apply_schedules``)."""
+    return autoscale.apply_schedules()

@@ -44,7 +44,7 @@ def load(framework: str, model_dir: Path) -> Any:
         files = sorted([*model_dir.glob("*.joblib"), *model_dir.glob("*.pkl")])
         if not files:
             raise LoadError(f"no .joblib or .pkl file in {model_dir}")
-        import joblib
+        import joblib  # type: ignore[import-not-found]  # the serving venv has it
 
         model = joblib.load(files[0])
         if not hasattr(model, "predict"):
