@@ -115,6 +115,15 @@ TEMPLATES: list[dict[str, Any]] = [
         "allowed": ["cpu-medium", "vgpu-8g"],
         "description": "PyCharm on a desktop in the browser.",
     },
+    {
+        "slug": "model-server",
+        "name": "Model server",
+        "kind": "model-server",
+        "image": "python-ds",
+        "default": "cpu-small",
+        "allowed": ["cpu-small", "cpu-medium"],
+        "description": "Serves a registered model over the Open Inference Protocol v2.",
+    },
 ]
 # class -> (template, flavors, extra). "cluster": "sim" sends the grant's work to the
 # simulated GPU farm: the demo host may have no GPU at all.
@@ -124,6 +133,7 @@ GRANTS: list[tuple[str, str, list[str], dict[str, Any]]] = [
     ("ml-101", "vscode", ["cpu-small"], {}),
     ("ml-101", "desktop-xterm", ["cpu-small"], {}),
     ("ml-101", "pycharm", ["cpu-medium"], {}),
+    ("ml-101", "model-server", ["cpu-small"], {"member_limit": 2}),
     ("dl-201", "jupyter-pytorch", ["cpu-small"], {"max_duration_minutes": 480}),
     (
         "dl-201",

@@ -25,7 +25,7 @@ from tenants.models import Membership, Tenant
 from workloads import datasets as datasets_service
 from workloads import reasons as R
 from workloads.admission_checks import Ask, refusal_for
-from workloads.choices import HOLDING, WAITING, WorkloadKind
+from workloads.choices import HOLDING, WAITING, AppKind, WorkloadKind
 from workloads.constants import check_env_limits
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
@@ -62,6 +62,12 @@ def grants_for(user: Any, *, today: dt.date | None = None) -> QuerySet[Grant]:
     )
 
 
+def environment_grants(user: Any) -> QuerySet[Grant]:
+    """The grants of environments (the App Center's): those of model servers are deployed
+    from a model's page instead (``workloads.serving``)."""
+    return grants_for(user).exclude(template__kind=AppKind.MODEL_SERVER)
+
+
 def cannot_run(kind: str, cluster: Cluster) -> Reason | None:
     """Why ``cluster`` cannot run templates of ``kind`` (None: it can). The App Center does
     not offer them there; admission rejects a launch of one with this reason."""
@@ -90,7 +96,7 @@ def launch_environment(
     """Start a notebook / IDE from a template granted to ``actor``, with the ``datasets``
     (slugs) it mounts read-only."""
     mounted = datasets_service.for_launch(actor, datasets)
-    grants = [g for g in grants_for(actor) if g.template_id == template.pk]
+    grants = [g for g in environment_grants(actor) if g.template_id == template.pk]
     if not grants:
         raise ValidationError(
             {"template": _("%(template)s is not granted to you") % {"template": template.name}}

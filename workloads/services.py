@@ -33,6 +33,7 @@ from workloads.choices import HOLDING, WAITING, State, WorkloadKind
 from workloads.launch import (
     check_env,
     default_cluster,
+    environment_grants,
     grants_for,
     launch_environment,
     member_tenants,
@@ -47,6 +48,7 @@ __all__ = [
     "check_env",
     "cull",
     "default_cluster",
+    "environment_grants",
     "expire_grants",
     "extend",
     "grants_for",

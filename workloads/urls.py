@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workloads import dataset_views, views
+from workloads import dataset_views, serving_views, views
 
 urlpatterns = [
     path("apps/", views.app_center, name="app-center"),
@@ -15,4 +15,10 @@ urlpatterns = [
     path("datasets/", dataset_views.dataset_list, name="datasets"),
     path("datasets/<slug:slug>/", dataset_views.dataset_detail, name="dataset"),
     path("datasets/<slug:slug>/delete/", dataset_views.dataset_delete, name="dataset-delete"),
+    path("models/", serving_views.model_list, name="models"),
+    path("models/<slug:slug>/", serving_views.model_detail, name="model"),
+    path("endpoints/", serving_views.endpoint_list, name="endpoints"),
+    path("endpoints/<slug:slug>/", serving_views.endpoint_detail, name="endpoint"),
+    path("endpoints/<slug:slug>/stats/", serving_views.endpoint_stats, name="endpoint-stats"),
+    path("endpoints/<slug:slug>/stop/", serving_views.endpoint_stop, name="endpoint-stop"),
 ]

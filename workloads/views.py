@@ -35,7 +35,7 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
 
 @login_required
 def app_center(request: AuthenticatedHttpRequest) -> HttpResponse:
-    grants = list(services.grants_for(request.user))
+    grants = list(services.environment_grants(request.user))
     seen = outlooks(request.user, grants) if grants else {}
     mountable = list(datasets.visible_to(request.user)[:200])
     cards = []

@@ -1125,7 +1125,7 @@ class LocalBackend:
         placement = TaskPlacement(node=slot["node"], gpu_indices=tuple(slot["gpu_indices"]))
         cwd = self._working_dir(spec, workdir)
         run_dir = self._app_dir(workdir, "serving")
-        socket_path = _socket_path(run_dir / f"replica-{index}.sock")
+        socket_path = _socket_path(run_dir / f"r{index}.sock")
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         env = self._env(spec, placement, cwd)

@@ -23,7 +23,9 @@ from channels.testing import HttpCommunicator
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.test import Client
+from rest_framework.test import APIClient
 
+from core.models import AuditEvent
 from portal.asgi import application
 from scheduling.backends import registry
 from scheduling.inventory import sync_backend_nodes
@@ -348,3 +350,85 @@ def test_the_autoscaler_scales_up_at_once_down_after_quiet_and_to_zero_when_idle
     day = {**base, "minimum": 2}
     assert autoscale.decide(current=2, peak_in_flight=0, idle_s=999, below_for_s=999, **day) == 2
     assert autoscale.decide(current=9, peak_in_flight=99, idle_s=0, below_for_s=0, **base) == 4
+
+
+@pytest.mark.django_db
+def test_pages_show_endpoints_to_their_owner_teacher_and_admin_and_404_to_others(
+    world: Any, lab_settings: Any
+) -> None:
+    lab = Lab(world)
+    version = upload_custom(world, SLOW_MODEL, "pages")
+    client = Client()
+    client.force_login(world.bob)
+    # Deploy from the model's page; a bad schedule is a form error (400), not a 500.
+    page = f"/models/{version.model.slug}/"
+    form = {
+        "form": "deploy", "version": "latest", "name": "pages-ep", "flavor": lab.flavor.pk,
+        "min_replicas": 1, "max_replicas": 2, "target_concurrency": 2,
+        "scale_to_zero_after_s": 300, "rate_limit": 10,
+    }  # fmt: skip
+    bad = client.post(page, {**form, "schedule": '[{"start": "8am"}]'})
+    assert bad.status_code == 400 and b"08:00" in bad.content
+    response = client.post(page, form)
+    assert response.status_code == 302 and response["Location"] == "/endpoints/pages-ep/"
+    assert b"Try it" in client.get("/endpoints/pages-ep/").content
+    assert client.get("/endpoints/pages-ep/stats/").json()["replicas"]["desired"] == 0
+
+    for who, seen in [(world.alice, True), (world.root, True), (world.charlie, False)]:
+        other = Client()
+        other.force_login(who)
+        assert other.get("/endpoints/pages-ep/").status_code == (200 if seen else 404)
+        assert (b"pages-ep" in other.get("/endpoints/").content) is seen
+    outsider = Client()
+    outsider.force_login(world.charlie)
+    assert outsider.get(page).status_code == 404  # a private model
+    assert outsider.post("/endpoints/pages-ep/stop/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_api_registers_versions_moves_aliases_and_hides_what_one_may_not_see(
+    world: Any, lab_settings: Any
+) -> None:
+    lab = Lab(world)
+    api = APIClient()
+    api.force_authenticate(world.bob)
+    assert api.post("/api/v1/models/", {"name": "Net"}, format="json").status_code == 201
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr("model.py", SLOW_MODEL)
+    buffer.seek(0)
+    buffer.name = "net.zip"
+    for _ in range(2):
+        buffer.seek(0)
+        made = api.post(
+            "/api/v1/models/net/versions/", {"framework": "custom", "file": buffer},
+            format="multipart",
+        )  # fmt: skip
+        assert made.status_code == 201, made.content
+    moved = api.post("/api/v1/models/net/aliases/", {"name": "production", "version": 1})
+    assert moved.json()["aliases"] == {"latest": 2, "production": 1}
+    assert api.post("/api/v1/models/net/versions/", {"framework": "onnx"}).status_code == 400
+    deployed = api.post(
+        "/api/v1/endpoints/",
+        {"model": "net", "version": "production", "flavor": lab.flavor.slug, "slug": "net-ep"},
+        format="json",
+    )
+    assert deployed.status_code == 201, deployed.content
+    assert deployed.json()["version"] == 1
+    key = api.post("/api/v1/endpoints/net-ep/keys/", {"name": "ci"}, format="json").json()
+    assert key["key"].startswith("qsk_")
+    assert "key" not in api.get("/api/v1/endpoints/net-ep/keys/").json()[0]
+
+    charlie = APIClient()
+    charlie.force_authenticate(world.charlie)
+    assert charlie.get("/api/v1/models/net/").status_code == 404
+    assert charlie.get("/api/v1/endpoints/net-ep/").status_code == 404
+    assert charlie.post("/api/v1/endpoints/net-ep/keys/", {}).status_code == 404
+    assert (
+        charlie.post(
+            "/api/v1/endpoints/", {"model": "net", "flavor": lab.flavor.slug}, format="json"
+        ).status_code
+        == 400
+    )
+    audit = list(AuditEvent.objects.values_list("action", flat=True))
+    assert "model.alias" in audit and "endpoint.key.create" in audit

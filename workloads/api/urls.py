@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from workloads.api import datasets, views
+from workloads.api import datasets, serving, views
 
 app_name = "workloads-api"
 
@@ -12,5 +12,7 @@ router.register("grants", views.GrantViewSet, basename="grant")
 router.register("app-center", views.AppCenterViewSet, basename="app-center")
 router.register("workloads", views.WorkloadViewSet, basename="workload")
 router.register("datasets", datasets.DatasetViewSet, basename="dataset")
+router.register("models", serving.ModelViewSet, basename="model")
+router.register("endpoints", serving.EndpointViewSet, basename="endpoint")
 
 urlpatterns = router.urls

@@ -158,7 +158,7 @@ class AppCenterViewSet(viewsets.GenericViewSet):
     pagination_class = None
 
     def get_queryset(self) -> QuerySet[Grant]:
-        return services.grants_for(self.request.user)
+        return services.environment_grants(self.request.user)
 
     def list(self, request: Request) -> Response:
         return Response(self.get_serializer(self.get_queryset(), many=True).data)
