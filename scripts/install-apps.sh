@@ -9,6 +9,9 @@
 #   dependencies without scripts, builds the native modules with node-gyp against the
 #   system's Node headers, and links Debian's /usr/bin/rg where @vscode/ripgrep expects it.
 #
+# * The model servers' Python (serving, docs/serving.md): a venv of its own in .apps/serving
+#   with scikit-learn, joblib and numpy from PyPI, so they never move the portal's pins.
+#
 # Whatever cannot be installed is reported and skipped: the apps that need it are then not
 # offered (the admin catalog says why). Idempotent; a stamp makes the second run instant.
 set -uo pipefail
@@ -104,6 +107,29 @@ install_code_server() {
 }
 if ! install_code_server; then
   say "VS Code (code-server) is not available: it will not be offered"
+  missing=1
+fi
+
+# -- the model servers' Python -------------------------------------------------------------
+SERVING_PACKAGES="${SERVING_PACKAGES:-scikit-learn joblib numpy}"
+install_serving() {
+  local venv="$APPS_DIR/serving"
+  if [ -f "$venv/.installed" ] && "$venv/bin/python" -c 'import sklearn, joblib' 2>/dev/null; then
+    say "serving: already installed in $venv"; return 0
+  fi
+  local python
+  python="$(command -v python3 || true)"
+  [ -n "$python" ] || { say "python3 not found: model serving not installed"; return 1; }
+  say "installing the model servers' Python ($SERVING_PACKAGES) into $venv"
+  "$python" -m venv "$venv" || return 1
+  # shellcheck disable=SC2086 # one word per package
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $SERVING_PACKAGES || return 1
+  "$venv/bin/python" -c 'import sklearn, joblib' || return 1
+  touch "$venv/.installed"
+  say "serving: $venv/bin/python"
+}
+if ! install_serving; then
+  say "model serving is not available: it will not be offered"
   missing=1
 fi
 
