@@ -27,8 +27,8 @@ from urllib.parse import unquote
 
 import httpx
 from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
-from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 from django.utils import timezone
 
@@ -49,6 +49,7 @@ AUTH_CACHE_S = 2.0
 REPLICA_CACHE_S = 1.0
 TICK_S = 1.0
 LAST_REQUEST_WRITE_S = 10.0
+UPSTREAM_TIMEOUT_S = 120.0
 DATATYPES = frozenset(
     {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
      "FP16", "FP32", "FP64", "BYTES"}
@@ -124,6 +125,7 @@ def forget() -> None:
     _replicas.clear()
     _buckets.clear()
     _in_flight.clear()
+    _connections.clear()
 
 
 # --- the rate limit -----------------------------------------------------------------------
@@ -219,6 +221,62 @@ async def ready_replicas(target: Target) -> ReplicaStatus | None:
         if status.ready:
             return status
     return None
+
+
+# --- the upstream ------------------------------------------------------------------------
+
+# Kept-alive connections to each replica's socket, per event loop. A minimal HTTP/1.1 client:
+# the model server is ours and always answers with a Content-Length; a general client
+# (httpx) costs a millisecond more per request, which is most of the gateway's budget.
+_connections: dict[tuple[int, str], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+MAX_IDLE_CONNECTIONS = 32
+
+
+async def unix_request(path: str, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+    key = (id(asyncio.get_running_loop()), path)
+    idle = _connections.setdefault(key, [])
+    for attempt in range(2):  # a kept-alive connection the server closed: once more, afresh
+        reused = bool(idle)
+        reader, writer = idle.pop() if idle else await asyncio.open_unix_connection(path)
+        try:
+            writer.write(
+                f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), UPSTREAM_TIMEOUT_S)
+            if not status_line:
+                raise ConnectionResetError("the model server closed the connection")
+            code = int(status_line.split(b" ", 2)[1])
+            length, content_type, close = 0, "application/json", False
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                name, value = name.strip().lower(), value.strip()
+                if name == "content-length":
+                    length = int(value)
+                elif name == "content-type":
+                    content_type = value
+                elif name == "connection" and value.lower() == "close":
+                    close = True
+            content = await reader.readexactly(length)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            writer.close()
+            if reused and attempt == 0:
+                continue
+            raise
+        except BaseException:
+            writer.close()
+            raise
+        if close or len(idle) >= MAX_IDLE_CONNECTIONS:
+            writer.close()
+        else:
+            idle.append((reader, writer))
+        return code, content_type, content
+    raise ConnectionResetError("unreachable")
 
 
 # --- the autoscaler's loop ----------------------------------------------------------------
@@ -323,20 +381,41 @@ def _route(rest: str, model_name: str, method: str) -> str | None:
 # --- the consumer -------------------------------------------------------------------------
 
 
-class ServingGateway(AsyncHttpConsumer):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.body_size = 0
+class GatewayRequest:
+    """One request through the gateway. A plain ASGI app, not a Channels consumer: no channel
+    layer or dispatch loop per request, as everything here adds to the gateway's latency."""
+
+    def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope, self.receive, self.send = scope, receive, send
         self.too_large = False
 
-    async def http_request(self, message: dict[str, Any]) -> None:
-        chunk = message.get("body", b"")
-        self.body_size += len(chunk)
-        if self.body_size > MAX_BODY_BYTES:
-            self.too_large = True
-            self.body: list[bytes] = []
-            message = {**message, "body": b""}
-        await super().http_request(message)
+    async def run(self) -> None:
+        chunks, size = [], 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                self.too_large = True
+            elif chunk:
+                chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        await self.handle(b"".join(chunks))
+
+    async def send_response(
+        self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": body})
 
     async def answer(
         self, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
@@ -344,7 +423,7 @@ class ServingGateway(AsyncHttpConsumer):
         await self.send_response(
             status,
             json.dumps(body).encode(),
-            headers=[(b"content-type", b"application/json"), *(headers or [])],
+            [(b"content-type", b"application/json"), *(headers or [])],
         )
 
     async def handle(self, body: bytes) -> None:
@@ -409,31 +488,55 @@ class ServingGateway(AsyncHttpConsumer):
             if status is None:
                 await self.answer(504, {"error": "no replica started in time (cold start)"})
                 return
-            socket = min(status.ready, key=lambda e: _in_flight.get(e.unix_socket, 0)).unix_socket
-            _in_flight[socket] = _in_flight.get(socket, 0) + 1
+            replica = min(status.ready, key=lambda e: _in_flight.get(e.unix_socket or e.url, 0))
+            where = replica.unix_socket or replica.url
+            _in_flight[where] = _in_flight.get(where, 0) + 1
             try:
-                client = upstream_client(socket)
-                response = await client.request(
-                    method,
-                    "http://localhost" + path,
-                    content=body if method == "POST" else None,
-                    headers={"content-type": "application/json"},
-                )
-            except httpx.HTTPError as error:
+                if replica.unix_socket:
+                    answer = await unix_request(
+                        replica.unix_socket, method, path, body if method == "POST" else b""
+                    )
+                else:  # a TCP upstream (a cluster's service)
+                    response = await upstream_client().request(
+                        method,
+                        replica.url.rstrip("/") + path,
+                        content=body if method == "POST" else None,
+                        headers={"content-type": "application/json", **replica.headers},
+                    )
+                    answer = (
+                        response.status_code,
+                        response.headers.get("content-type", "application/json"),
+                        response.content,
+                    )
+            except (OSError, ValueError, httpx.HTTPError, asyncio.IncompleteReadError) as error:
                 _replicas.pop(target.handle.workload_id, None)
                 await self.answer(502, {"error": f"the model server did not answer: {error}"})
                 return
             finally:
-                _in_flight[socket] -= 1
-            ok = response.status_code < 500
-            content_type = response.headers.get("content-type", "application/json")
+                _in_flight[where] -= 1
+            code, content_type, content = answer
+            ok = code < 500
             await self.send_response(
-                response.status_code,
-                response.content,
-                headers=[(b"content-type", content_type.encode("latin-1"))],
+                code, content, [(b"content-type", content_type.encode("latin-1"))]
             )
         finally:
             stats.finished(time.perf_counter() - started, ok)
+
+
+async def serving_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await GatewayRequest(scope, receive, send).run()
+
+
+_with_session = AuthMiddlewareStack(serving_app)
+
+
+async def gateway_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """/serve/…: with an Authorization header straight in (a key never needs the session);
+    without, through the session and authentication middleware (a browser, "try it")."""
+    if any(name == b"authorization" for name, _value in scope["headers"]):
+        await serving_app(scope, receive, send)
+    else:
+        await _with_session(scope, receive, send)
 
 
 def live_stats(endpoint: ServingEndpoint) -> dict[str, Any]:

@@ -10,13 +10,13 @@ the session, hence its own ``AuthMiddlewareStack``). WebSocket: ``portal/routing
 from channels.auth import AuthMiddlewareStack
 from django.urls import URLPattern, re_path
 
-from workloads.gateway import ServingGateway
+from workloads.gateway import gateway_app
 from workloads.proxy import NotebookHttpProxy, NotebookWebsocketProxy
 
 http_urlpatterns: list[URLPattern] = [
     re_path(r"^nb/", AuthMiddlewareStack(NotebookHttpProxy.as_asgi())),
     # The serving gateway (workloads.gateway): /serve/<endpoint>/v2/…
-    re_path(r"^serve/", AuthMiddlewareStack(ServingGateway.as_asgi())),
+    re_path(r"^serve/", gateway_app),  # type: ignore[arg-type]  # an ASGI app, not a view
 ]
 
 websocket_urlpatterns: list[URLPattern] = [
