@@ -126,6 +126,12 @@ def forget() -> None:
     _buckets.clear()
     _in_flight.clear()
     _connections.clear()
+    _served.clear()
+    global _loop_task
+    if _loop_task is not None and not _loop_task.done():
+        with contextlib.suppress(RuntimeError):  # its loop is closed already
+            _loop_task.cancel()
+    _loop_task = None
 
 
 # --- the rate limit -----------------------------------------------------------------------

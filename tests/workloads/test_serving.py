@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -233,6 +234,7 @@ async def test_a_trained_model_is_registered_deployed_and_answers_through_the_ga
         assert limited["status"] == 429
         assert any(name == b"retry-after" for name, _v in limited["headers"])
     finally:
+        gateway.forget()  # the autoscaler's loop ends with this test's event loop
         await database_sync_to_async(stop_all)(lab)
 
 
@@ -299,6 +301,7 @@ async def test_replicas_follow_the_load_up_and_down_then_to_zero_and_a_cold_star
         assert time.monotonic() - started < django_settings.SERVING_COLD_START_SECONDS
         assert replicas().desired == 1
     finally:
+        gateway.forget()  # the autoscaler's loop ends with this test's event loop
         await database_sync_to_async(stop_all)(lab)
 
 
@@ -372,6 +375,8 @@ def test_pages_show_endpoints_to_their_owner_teacher_and_admin_and_404_to_others
     response = client.post(page, form)
     assert response.status_code == 302 and response["Location"] == "/endpoints/pages-ep/"
     assert b"Try it" in client.get("/endpoints/pages-ep/").content
+    endpoint = ServingEndpoint.objects.get(slug="pages-ep")
+    assert client.get(f"/workloads/{endpoint.workload_id}/").status_code == 200
     assert client.get("/endpoints/pages-ep/stats/").json()["replicas"]["desired"] == 0
 
     for who, seen in [(world.alice, True), (world.root, True), (world.charlie, False)]:
@@ -432,3 +437,20 @@ def test_the_api_registers_versions_moves_aliases_and_hides_what_one_may_not_see
     )
     audit = list(AuditEvent.objects.values_list("action", flat=True))
     assert "model.alias" in audit and "endpoint.key.create" in audit
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("shared", [False, True], ids=["in-process", "redis"])
+async def test_the_rate_limit_takes_a_burst_of_its_rate_then_refuses_with_a_wait(
+    settings: Any, shared: bool
+) -> None:
+    url = os.environ.get("REDIS_URL", "")
+    if shared and not url:
+        pytest.skip("REDIS_URL is not set")
+    settings.REDIS_URL = url if shared else ""
+    gateway.forget()
+    monkey_id = int(time.time() * 1000) % 1_000_000_000  # a bucket of its own in Redis
+    waits = [await gateway.take_token(monkey_id, 5) for _ in range(6)]
+    assert waits[:5] == [0.0] * 5
+    assert 0 < waits[5] <= 0.2 + 1e-6
+    gateway._redis = None  # the next test's loop gets its own client
