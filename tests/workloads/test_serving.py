@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from channels.testing import HttpCommunicator
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
@@ -454,3 +456,33 @@ async def test_the_rate_limit_takes_a_burst_of_its_rate_then_refuses_with_a_wait
     assert waits[:5] == [0.0] * 5
     assert 0 < waits[5] <= 0.2 + 1e-6
     gateway._redis = None  # the next test's loop gets its own client
+
+
+@needs_serving
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_holds_replicas_inside_its_window_and_idle_ones_go_to_zero_outside(
+    world: Any, lab_settings: Any
+) -> None:
+    lab = Lab(world)
+    version = upload_custom(world, SLOW_MODEL, "by-day")
+    all_day = [{"days": list(range(7)), "start": "00:00", "end": "23:59", "min_replicas": 2}]
+    endpoint = serving.deploy(
+        actor=world.bob, version=version, flavor=lab.flavor, name="by-day",
+        min_replicas=0, max_replicas=2, scale_to_zero_after_s=10, schedule=all_day,
+    )  # fmt: skip
+    try:
+        endpoint = running(lab, endpoint)
+        backend = registry.get_backend(lab.cluster)
+        handle = gateway.handle_for(endpoint.workload)
+        now = timezone.now().replace(hour=12)  # inside the window, whatever the clock says
+        assert autoscale.apply_schedules(now) == 1
+        assert backend.replicas(handle).desired == 2  # type: ignore[attr-defined]
+        # Night (no window) and idle past scale_to_zero_after_s: to zero.
+        ServingEndpoint.objects.filter(pk=endpoint.pk).update(
+            schedule=[], last_request_at=now - dt.timedelta(minutes=5)
+        )
+        assert autoscale.apply_schedules(now) == 1
+        assert backend.replicas(handle).desired == 0  # type: ignore[attr-defined]
+        assert autoscale.apply_schedules(now) == 0  # nothing left to change
+    finally:
+        stop_all(lab)
