@@ -107,7 +107,8 @@ class Command(BaseCommand):
         specs: list[WorkloadSpec] = []
         for grant in Grant.objects.select_related("template", "template__image", "tenant"):
             template = grant.template
-            if any(s.app == template.kind for s in specs):
+            # Model servers are not notebooks: the serving workload below stands for them.
+            if template.kind == "model-server" or any(s.app == template.kind for s in specs):
                 continue
             owner = _member(grant.tenant)
             specs.append(
