@@ -166,7 +166,8 @@ def endpoint_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpRespons
                 actor=request.user, endpoint=endpoint, name=request.POST.get("name", "")
             )
         elif request.POST.get("action") == "revoke":
-            key = endpoint.keys.filter(pk=request.POST.get("key", "0") or 0).first()
+            key_id = request.POST.get("key", "")
+            key = endpoint.keys.filter(pk=int(key_id)).first() if key_id.isdigit() else None
             if key is not None:
                 service.revoke_key(actor=request.user, key=key)
     return render(

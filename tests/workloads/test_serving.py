@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -379,6 +380,16 @@ def test_pages_show_endpoints_to_their_owner_teacher_and_admin_and_404_to_others
     assert b"Try it" in client.get("/endpoints/pages-ep/").content
     endpoint = ServingEndpoint.objects.get(slug="pages-ep")
     assert client.get(f"/workloads/{endpoint.workload_id}/").status_code == 200
+    page_of = "/endpoints/pages-ep/"
+    made = client.post(page_of, {"action": "key", "name": "laptop"})
+    shown = re.search(rb'id="new-key">(qsk_[^<]+)<', made.content)
+    assert made.status_code == 200 and shown  # the key, once, on this answer
+    assert shown[1] not in client.get(page_of).content
+    assert client.post(page_of, {"action": "revoke", "key": "x"}).status_code == 200
+    key = endpoint.keys.get()
+    client.post(page_of, {"action": "revoke", "key": str(key.pk)})
+    key.refresh_from_db()
+    assert key.revoked_at is not None
     assert client.get("/endpoints/pages-ep/stats/").json()["replicas"]["desired"] == 0
 
     for who, seen in [(world.alice, True), (world.root, True), (world.charlie, False)]:
