@@ -1121,8 +1121,15 @@ class LocalBackend:
         assert serving is not None and self.serving_python is not None
         index = len(state["tasks"])
         placements = state.get("placements") or [{"node": self.node_name, "gpu_indices": []}]
-        slot = placements[index % len(placements)]
-        placement = TaskPlacement(node=slot["node"], gpu_indices=tuple(slot["gpu_indices"]))
+        # Each replica on a placement of its own (its GPUs): the first no live replica holds.
+        taken = {
+            task.get("slot")
+            for task in state["tasks"]
+            if not task.get("retired") and self._task_alive(task)
+        }
+        slot = next((n for n in range(len(placements)) if n not in taken), 0)
+        where = placements[slot]
+        placement = TaskPlacement(node=where["node"], gpu_indices=tuple(where["gpu_indices"]))
         cwd = self._working_dir(spec, workdir)
         run_dir = self._app_dir(workdir, "serving")
         socket_path = _socket_path(run_dir / f"r{index}.sock")
@@ -1138,7 +1145,7 @@ class LocalBackend:
         ]  # fmt: skip
         binds = [(serving.model_dir, serving.model_dir)]
         self._launch(state, workdir, index, spec, command, cwd, env, placement, binds)
-        state["tasks"][-1].update(socket=str(socket_path), ready=False, retired=False)
+        state["tasks"][-1].update(socket=str(socket_path), ready=False, retired=False, slot=slot)
 
     def _serving_outcome(
         self,
