@@ -122,9 +122,12 @@ def decide(
     zero_after_s: float,
     below_for_s: float,
     quiet_s: float = SCALE_DOWN_QUIET_S,
+    gpu_utilisation: int | None = None,
+    target_gpu: int = 0,
 ) -> int:
-    """The replicas an endpoint should have now."""
-    needed = math.ceil(peak_in_flight / max(target, 1))
+    """The replicas an endpoint should have now: enough for the requests in flight, and,
+    with a GPU target where the utilisation is known, enough to bring it to the target."""
+    needed = _needed(current, peak_in_flight, target, gpu_utilisation, target_gpu)
     if minimum == 0 and peak_in_flight == 0 and idle_s >= zero_after_s:
         return 0
     floor = max(minimum, 1 if current > 0 or peak_in_flight else 0)
@@ -135,12 +138,29 @@ def decide(
     return max(floor, min(maximum, current))
 
 
-def step(endpoint: ServingEndpoint, current: int, now: float | None = None) -> int:
-    """``decide`` for ``endpoint`` from what this process measured of it."""
+def _needed(
+    current: int, peak: int, target: int, gpu_utilisation: int | None, target_gpu: int
+) -> int:
+    needed = math.ceil(peak / max(target, 1))
+    if target_gpu and gpu_utilisation is not None and current:
+        needed = max(needed, math.ceil(current * gpu_utilisation / target_gpu))
+    return needed
+
+
+def step(
+    endpoint: ServingEndpoint,
+    current: int,
+    now: float | None = None,
+    *,
+    gpu_utilisation: int | None = None,
+) -> int:
+    """``decide`` for ``endpoint`` from what this process measured of it (and the GPU
+    utilisation of its replicas, where the backend knows it)."""
     now = now or time.time()
     stats = stats_for(endpoint.pk)
     peak = stats.peak()
-    needed = math.ceil(peak / max(endpoint.target_concurrency, 1))
+    target_gpu = endpoint.target_gpu_utilisation
+    needed = _needed(current, peak, endpoint.target_concurrency, gpu_utilisation, target_gpu)
     if needed < current:
         stats.below_since = stats.below_since or now
     else:
@@ -158,6 +178,8 @@ def step(endpoint: ServingEndpoint, current: int, now: float | None = None) -> i
         zero_after_s=endpoint.scale_to_zero_after_s,
         below_for_s=now - stats.below_since if stats.below_since else 0.0,
         quiet_s=SCALE_DOWN_QUIET_S,
+        gpu_utilisation=gpu_utilisation,
+        target_gpu=target_gpu,
     )
     if desired != current:
         stats.below_since = None

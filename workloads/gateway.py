@@ -307,7 +307,7 @@ async def tick() -> None:
             _served.pop(endpoint_id, None)
             continue
         status = await replicas(target, fresh=True)
-        desired = autoscale.step(endpoint, status.desired)
+        desired = autoscale.step(endpoint, status.desired, gpu_utilisation=status.gpu_utilisation)
         if desired != status.desired:
             logger.info("endpoint %s: %s -> %s replicas", endpoint.slug, status.desired, desired)
             await scale(target, desired)
@@ -549,7 +549,7 @@ def live_stats(endpoint: ServingEndpoint) -> dict[str, Any]:
     """What the endpoint page shows: replicas now and what this process measured."""
     summary = autoscale.stats_for(endpoint.pk).summary()
     workload = endpoint.workload
-    replicas_now: dict[str, int] = {"desired": 0, "ready": 0, "starting": 0}
+    replicas_now: dict[str, int | None] = {"desired": 0, "ready": 0, "starting": 0}
     if workload is not None and workload.state == State.RUNNING:
         with contextlib.suppress(Exception):
             status = _replica_status(_target(endpoint))
@@ -557,6 +557,7 @@ def live_stats(endpoint: ServingEndpoint) -> dict[str, Any]:
                 "desired": status.desired,
                 "ready": len(status.ready),
                 "starting": status.starting,
+                "gpu_utilisation": status.gpu_utilisation,
             }
     return {
         "state": workload.state if workload else State.STOPPED,

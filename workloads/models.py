@@ -469,6 +469,10 @@ class ServingEndpoint(models.Model):
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
     target_concurrency = models.PositiveSmallIntegerField(default=4)
+    # Percent of its GPU each replica aims at, where the backend knows it; 0: requests only.
+    target_gpu_utilisation = models.PositiveSmallIntegerField(
+        default=0, validators=[MaxValueValidator(100)]
+    )
     scale_to_zero_after_s = models.PositiveIntegerField(default=300)
     # [{"days": [0, 1, 2, 3, 4], "start": "08:00", "end": "22:00", "min_replicas": 2}]
     schedule = models.JSONField(default=list, blank=True)

@@ -123,6 +123,7 @@ def deploy(
     min_replicas: Any = 1,
     max_replicas: Any = 1,
     target_concurrency: Any = 4,
+    target_gpu_utilisation: Any = 0,
     scale_to_zero_after_s: Any = 300,
     schedule: Any = None,
     rate_limit: Any = None,
@@ -133,6 +134,7 @@ def deploy(
     maximum = _number("max_replicas", max_replicas, 1, MAX_REPLICAS)
     minimum = _number("min_replicas", min_replicas, 0, maximum)
     target = _number("target_concurrency", target_concurrency, 1, 1000)
+    gpu_target = _number("target_gpu_utilisation", target_gpu_utilisation or 0, 0, 100)
     idle = _number("scale_to_zero_after_s", scale_to_zero_after_s, 10, 7 * 24 * 3600)
     rate = _number(
         "rate_limit",
@@ -194,6 +196,7 @@ def deploy(
             min_replicas=minimum,
             max_replicas=maximum,
             target_concurrency=target,
+            target_gpu_utilisation=gpu_target,
             scale_to_zero_after_s=idle,
             schedule=stored_schedule,
             rate_limit=rate,

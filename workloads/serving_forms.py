@@ -80,6 +80,14 @@ class DeployForm(forms.Form):
     target_concurrency = forms.IntegerField(
         label=_("Requests in flight per replica"), min_value=1, max_value=1000, initial=4
     )
+    target_gpu_utilisation = forms.IntegerField(
+        label=_("GPU utilisation per replica (percent; 0: requests only)"),
+        required=False,
+        min_value=0,
+        max_value=100,
+        initial=0,
+        help_text=_("Used where the host knows its GPUs' utilisation (NVML)."),
+    )
     scale_to_zero_after_s = forms.IntegerField(
         label=_("Scale to zero after (seconds idle, with min 0)"), min_value=10, initial=300
     )

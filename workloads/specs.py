@@ -132,6 +132,7 @@ def serving_spec_for(workload: Workload) -> ServingSpec | None:
         min_replicas=endpoint.min_replicas,
         max_replicas=endpoint.max_replicas,
         target_concurrency=endpoint.target_concurrency,
+        target_gpu_utilisation=endpoint.target_gpu_utilisation,
         scale_to_zero_after_s=endpoint.scale_to_zero_after_s,
         schedule=windows(endpoint),
     )

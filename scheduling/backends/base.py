@@ -97,6 +97,8 @@ class ServingSpec:
     target_concurrency: int = 4
     scale_to_zero_after_s: int = 300
     schedule: tuple[ReplicaWindow, ...] = ()
+    # Also scale on GPU utilisation (percent per replica) where it is known; 0: requests only.
+    target_gpu_utilisation: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,9 @@ class ReplicaStatus:
     desired: int
     ready: tuple[Endpoint, ...] = ()
     starting: int = 0
+    gpu_utilisation: int | None = (
+        None  # percent, mean over the ready replicas' GPUs; None: not known
+    )
 
 
 @runtime_checkable

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from scheduling.backends.base import GpuInfo
 
@@ -44,6 +45,32 @@ def discover_gpus() -> tuple[GpuInfo, ...]:
     except Exception as error:  # a device that fails mid-query: report none rather than half
         log.warning("NVML failed while listing GPUs (%s): no GPUs discovered", error)
         return ()
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def utilisation(indices: Sequence[int]) -> int | None:
+    """The mean compute utilisation (percent, NVML's last sample period) of the devices
+    ``indices``; None without them or without a usable NVML."""
+    if not indices:
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        rates = [
+            int(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu)
+            for i in indices
+        ]
+        return round(sum(rates) / len(rates))
+    except Exception:  # a device that fails mid-query: not known, rather than wrong
+        return None
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()

@@ -59,7 +59,7 @@ from scheduling.backends.base import (
     TaskPlacement,
     WorkloadSpec,
 )
-from scheduling.backends.gpus import discover_gpus
+from scheduling.backends.gpus import discover_gpus, utilisation
 
 log = logging.getLogger(__name__)
 
@@ -1081,10 +1081,21 @@ class LocalBackend:
                 return ReplicaStatus(desired=0)
             ready, starting = self._replica_sockets(state)
             self._save_if_changed(workdir, state, before)
+            placements = state.get("placements") or []
+            devices = sorted(
+                {
+                    index
+                    for task in state["tasks"]
+                    if task.get("ready") and not task.get("retired") and task.get("gone") is False
+                    and task.get("slot") is not None and task["slot"] < len(placements)
+                    for index in placements[task["slot"]]["gpu_indices"]
+                }
+            )  # fmt: skip
         return ReplicaStatus(
             desired=int(state.get("desired", 0)),
             ready=tuple(Endpoint(url="http://localhost/", unix_socket=path) for path in ready),
             starting=starting,
+            gpu_utilisation=utilisation(devices) if devices else None,
         )
 
     def _replica_sockets(self, state: dict[str, Any]) -> tuple[list[str], int]:

@@ -9,7 +9,12 @@
         const answer = await fetch(live.dataset.statsUrl, { credentials: "same-origin" });
         if (!answer.ok) return;
         const stats = await answer.json();
-        const values = { ...stats, ready: stats.replicas.ready, desired: stats.replicas.desired };
+        const values = {
+          ...stats,
+          ready: stats.replicas.ready,
+          desired: stats.replicas.desired,
+          gpu_utilisation: stats.replicas.gpu_utilisation,
+        };
         for (const node of live.querySelectorAll("[data-stat]")) {
           const value = values[node.dataset.stat];
           node.textContent = value === null || value === undefined ? "—" : String(value);

@@ -14,8 +14,10 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
+import types
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from rest_framework.test import APIClient
 
 from core.models import AuditEvent
 from portal.asgi import application
-from scheduling.backends import registry
+from scheduling.backends import gpus, registry
 from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Cluster
 from tests.workloads.conftest import wait_for
@@ -497,3 +499,53 @@ def test_a_schedule_holds_replicas_inside_its_window_and_idle_ones_go_to_zero_ou
         assert autoscale.apply_schedules(now) == 0  # nothing left to change
     finally:
         stop_all(lab)
+
+
+def test_with_a_gpu_target_the_utilisation_adds_replicas_where_it_is_known() -> None:
+    base = {"target": 8, "minimum": 1, "maximum": 4, "zero_after_s": 60, "idle_s": 0}
+    # Few requests in flight, but the GPUs are at 90 % against a 45 % target: twice as many.
+    assert (
+        autoscale.decide(
+            current=2, peak_in_flight=2, below_for_s=0, gpu_utilisation=90, target_gpu=45, **base
+        )
+        == 4
+    )
+    # Unknown utilisation (no NVML): requests alone decide.
+    assert (
+        autoscale.decide(
+            current=2,
+            peak_in_flight=2,
+            below_for_s=0,
+            gpu_utilisation=None,
+            target_gpu=45,
+            **base,
+        )
+        == 2
+    )
+    # Low utilisation and few requests: one step down after the quiet period.
+    assert (
+        autoscale.decide(
+            current=3, peak_in_flight=1, below_for_s=30, gpu_utilisation=10, target_gpu=45, **base
+        )
+        == 2
+    )
+
+
+def test_gpu_utilisation_is_read_from_nvml_and_unknown_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=[40, 80][h]),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpus.utilisation([0, 1]) == 60
+    assert gpus.utilisation([]) is None
+
+    def broken() -> None:
+        raise OSError("no driver")
+
+    monkeypatch.setattr(fake, "nvmlInit", broken)
+    assert gpus.utilisation([0]) is None

@@ -199,7 +199,8 @@ class EndpointSerializer(serializers.ModelSerializer[ServingEndpoint]):
         model = ServingEndpoint
         fields = [
             "slug", "name", "owner", "tenant", "model", "version", "model_name", "flavor",
-            "min_replicas", "max_replicas", "target_concurrency", "scale_to_zero_after_s",
+            "min_replicas", "max_replicas", "target_concurrency", "target_gpu_utilisation",
+            "scale_to_zero_after_s",
             "schedule", "rate_limit", "workload", "state", "reason", "url", "created_at",
         ]  # fmt: skip
         read_only_fields = fields
@@ -215,6 +216,7 @@ class DeploySerializer(serializers.Serializer):
     min_replicas = serializers.IntegerField(required=False, default=1)
     max_replicas = serializers.IntegerField(required=False, default=1)
     target_concurrency = serializers.IntegerField(required=False, default=4)
+    target_gpu_utilisation = serializers.IntegerField(required=False, default=0)
     scale_to_zero_after_s = serializers.IntegerField(required=False, default=300)
     schedule = serializers.JSONField(required=False)
     rate_limit = serializers.IntegerField(required=False)
