@@ -54,6 +54,8 @@ LOCAL_CGROUP_PARENT = envstr("LOCAL_CGROUP_PARENT", "")
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
 # Datasets (workloads.datasets): registered folders live under DATASETS_DIR; uploads are
 # unpacked into its "uploads" folder, each at most DATASET_UPLOAD_MAX_MB unpacked.
+# Billing: PostgreSQL connections a settlement tick uses at once (1: one at a time).
+BILLING_SETTLE_WORKERS = envint("BILLING_SETTLE_WORKERS", 2, minimum=1)
 DATASETS_DIR = Path(envstr("DATASETS_DIR", str(DATA_DIR / "datasets"))).resolve()
 DATASET_UPLOAD_MAX_MB = envint("DATASET_UPLOAD_MAX_MB", 1024, minimum=1)
 
