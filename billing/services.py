@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
@@ -299,6 +300,7 @@ ROW_FIELDS = (
     "gpus",
     "gpu_share_milli",
     "gpu_model",
+    "storage_mib",
     "priority_class",
     "queue",
     "workload_name",
@@ -324,6 +326,7 @@ class _Row:
     gpus: int
     gpu_share_milli: int
     gpu_model: str
+    storage_mib: int
     priority_class: str
     queue: str
     workload_name: str
@@ -345,6 +348,7 @@ class _Row:
             self.gpus,
             self.gpu_share_milli,
             self.gpu_model,
+            self.storage_mib,
             self.priority_class,
             self.queue,
             self.workload_name,
@@ -483,20 +487,15 @@ def _settle_rows(rows: Sequence[_Row], now: dt.datetime, plans: _Plans, done: Se
         until = now if row.ended_at is None else min(row.ended_at, now)
         until = max(until, row.started_at)
         line = timelines[row.cluster_id]
-        begin = pricing.micros(row.started_at)
         if until < row.settled_until:  # ended before the span already charged: give back
-            total = pricing.round_ratio(
-                line.numerator(row, begin, pricing.micros(until)), pricing.DENOMINATOR
-            )
+            total = _cost_to(row, line, until, plans, tz)
             if total != row.charged:
                 writer.add(row, total - row.charged, line, until, until, adjustment=True)
                 done.amount += total - row.charged
         else:
             at, charged = row.settled_until, row.charged
             for cut in [*pricing.month_starts(at, until, tz), until]:
-                total = pricing.round_ratio(
-                    line.numerator(row, begin, pricing.micros(cut)), pricing.DENOMINATOR
-                )
+                total = _cost_to(row, line, cut, plans, tz)
                 if total != charged:
                     writer.add(row, total - charged, line, at, cut)
                     done.amount += total - charged
@@ -508,6 +507,18 @@ def _settle_rows(rows: Sequence[_Row], now: dt.datetime, plans: _Plans, done: Se
     _write_watermarks(rows)
     done.intervals += len(rows)
     done.entries += len(writer.entries)
+
+
+def _cost_to(
+    row: _Row, line: pricing.Timeline, cut: dt.datetime, plans: _Plans, tz: Any
+) -> Decimal:
+    """The interval's exact cost from its start to ``cut``, rounded once: what it holds per
+    hour (the timeline's integers) and, for stored data, per GiB-month (exact fractions)."""
+    numerator = line.numerator(row, pricing.micros(row.started_at), pricing.micros(cut))
+    if not row.storage_mib:
+        return pricing.round_ratio(numerator, pricing.DENOMINATOR)
+    stored = pricing.storage_cost(plans[row.cluster_id], row.storage_mib, row.started_at, cut, tz)
+    return pricing.round_amount(Fraction(numerator, pricing.DENOMINATOR) + stored)
 
 
 def _timelines(
@@ -624,6 +635,12 @@ class _EntryWriter:
                 "created_at": self.written,
             }
         )
+        if row.storage_mib:  # stored data: priced per GiB-month, the segments say at what
+            details = self.entries[-1]["details"]
+            details["storage_mib"] = row.storage_mib
+            for segment, (_lo, _hi, _span, piece) in zip(details["segments"], charged, strict=True):
+                gib_month = Decimal(piece.version.storage_gib_month).scaleb(-4)
+                segment["unit_price_gib_month"] = str(gib_month)
 
 
 ENTRY_COLUMNS = (
