@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from scheduling.backends.base import BackendError, Phase, ServingSpec
-from scheduling.backends.kubernetes import KubernetesBackend, manifests, names
+from scheduling.backends.kubernetes import KubernetesBackend, manifests, names, schedulerconf
 from scheduling.backends.kubernetes.config import KubernetesConfig
 from scheduling.backends.kubernetes.manifests import ManifestError
 from tests.scheduling.kubernetes.conftest import NAMESPACE, spec, with_gpus
 from tests.scheduling.kubernetes.emulator import ApiServer
+from tests.scheduling.kubernetes.test_watcher import Running
 
 KSERVE = KubernetesConfig(serving="kserve")
 DEPLOYMENT = KubernetesConfig()
@@ -416,3 +417,31 @@ def test_scaling_a_model_server_that_is_gone_does_nothing(
     handle = backend.submit(server())
     api.remove("deployments", NAMESPACE, handle.state["name"])
     assert not backend.scale(handle, 2, 3)
+
+
+def test_the_watcher_follows_inference_services_too(
+    api: ApiServer, kserve_backend: KubernetesBackend
+) -> None:
+    handle = kserve_backend.submit(server())
+    watcher = Running(kserve_backend)
+    try:
+        watcher.wait_for(handle.workload_id, Phase.STARTING)
+        set_isvc_status(api, handle.state["name"], conditions=[ready_condition("True")])
+        running = watcher.wait_for(handle.workload_id, Phase.RUNNING)
+        assert running.reason is not None and running.reason.text() == "scaled to zero"
+    finally:
+        watcher.finish()
+
+
+# --- night-time training reclaims what serving gives back ----------------------------------------
+
+
+def test_the_serving_queue_keeps_its_share_and_the_training_queue_gives_it_back() -> None:
+    # Serving: a queue of its own that nobody reclaims from; training: a reclaimable queue
+    # that borrows the idle GPUs at night and is evicted from when serving scales up again.
+    serving = manifests.volcano_queue(manifests.QueueSpec("serving", weight=4, reclaimable=False))
+    training = manifests.volcano_queue(manifests.QueueSpec("training", weight=1))
+    assert serving["spec"] == {"weight": 4, "reclaimable": False}
+    assert training["spec"] == {"weight": 1, "reclaimable": True}
+    actions = [a.strip() for a in schedulerconf.ACTIONS.split(",")]
+    assert "reclaim" in actions and actions.index("reclaim") > actions.index("allocate")
