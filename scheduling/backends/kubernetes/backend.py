@@ -384,6 +384,11 @@ class KubernetesBackend:
                     return self.kube.create(obj)
                 except k.Conflict:
                     pass
+            elif kind is k.INFERENCE_SERVICE:
+                raise BackendError(
+                    "this cluster has no KServe (no InferenceService API): install KServe, or "
+                    'set "serving": "deployment" in the cluster\'s settings'
+                ) from exc
             else:
                 raise
         existing = self.kube.get(kind, meta["name"], meta.get("namespace", ""))

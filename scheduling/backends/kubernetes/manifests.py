@@ -125,7 +125,8 @@ def workload_objects(
     priority_class: str = "",
     token: str = "",
 ) -> list[Manifest]:
-    """Everything one workload needs, the primary object (Job or Deployment) first."""
+    """Everything one workload needs, the primary object (Job, Deployment or
+    InferenceService) first."""
     if spec.kind == "job":
         return [training_job(spec, config, priority_class=priority_class)]
     if spec.kind == "notebook":
@@ -137,7 +138,8 @@ def workload_objects(
         policy = notebook_network_policy(spec, config)
         return objects + ([policy] if policy else [])
     if spec.kind == "serving":
-        if config.serving == "kserve":
+        # A server without a ServingSpec is its own command: a Deployment, KServe or not.
+        if config.serving == "kserve" and spec.serving is not None:
             return [inference_service(spec, config, priority_class=priority_class)]
         return [
             serving_deployment(spec, config, priority_class=priority_class),

@@ -445,3 +445,28 @@ def test_the_serving_queue_keeps_its_share_and_the_training_queue_gives_it_back(
     assert training["spec"] == {"weight": 1, "reclaimable": True}
     actions = [a.strip() for a in schedulerconf.ACTIONS.split(",")]
     assert "reclaim" in actions and actions.index("reclaim") > actions.index("allocate")
+
+
+def test_a_cluster_without_kserve_says_so_at_submit(
+    api: ApiServer, kserve_backend: KubernetesBackend
+) -> None:
+    api.fail(
+        method="POST", path="/inferenceservices$", status=404,
+        message="the server could not find the requested resource",
+    )  # fmt: skip
+    with pytest.raises(BackendError, match="this cluster has no KServe") as caught:
+        kserve_backend.submit(server())
+    assert not caught.value.transient
+    assert '"serving": "deployment"' in str(caught.value)
+
+
+def test_a_server_without_a_model_stays_a_deployment_where_kserve_runs() -> None:
+    objects = manifests.workload_objects(spec("serving", workers=2), KSERVE)
+    assert [o["kind"] for o in objects] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+
+
+def test_the_serving_setting_is_kserve_or_deployment() -> None:
+    assert KubernetesConfig.from_mapping({}).serving == "deployment"
+    assert KubernetesConfig.from_mapping({"serving": "kserve"}).serving == "kserve"
+    with pytest.raises(ValueError, match='serving must be "kserve" or "deployment"'):
+        KubernetesConfig.from_mapping({"serving": "knative"})
