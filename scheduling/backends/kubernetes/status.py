@@ -267,26 +267,28 @@ def inference_service_observation(
     ready = conditions.get("Ready") or {}
     model = status.get("modelStatus") or {}
     failure = model.get("lastFailureInfo") or {}
-    if model.get("transitionStatus") in MODEL_FAILURES or failure.get("reason"):
-        words = failure.get("message") or ready.get("message") or failure.get("reason")
-        return observe(
-            Phase.FAILED, R.MODEL_FAILED(why=_short(str(words or model["transitionStatus"])))
-        )
+    # Ready first: a new revision that fails to load while the previous one serves still
+    # serves (KServe keeps the traffic on it).
     if ready.get("status") == "True":
         if not available and not wanted:
             return observe(Phase.RUNNING, R.SCALED_TO_ZERO())
         return observe(
             Phase.RUNNING, R.SERVING_WITH(available=available, wanted=max(wanted, available))
         )
-    if ready.get("status") == "False" and ready.get("reason") in FAILED_READY_REASONS:
-        words = str(ready.get("message") or ready.get("reason"))
-        return observe(Phase.FAILED, R.MODEL_FAILED(why=_short(words)))
+    if model.get("transitionStatus") in MODEL_FAILURES or failure.get("reason"):
+        words = failure.get("message") or ready.get("message") or failure.get("reason")
+        return observe(
+            Phase.FAILED, R.MODEL_FAILED(why=_short(str(words or model["transitionStatus"])))
+        )
     problem = _first(pod_waiting(pod, _name(pod), now, pull_grace_seconds) for pod in pods)
     if problem is not None:
         return observe(Phase.FAILED if problem.permanent else Phase.STARTING, problem.reason)
     unschedulable = _unschedulable(None, pods)
-    if unschedulable:
+    if unschedulable:  # Knative may call that a failed revision too: it is waiting
         return observe(Phase.PENDING, R.WAITING_FOR_RESOURCES(why=unschedulable))
+    if ready.get("status") == "False" and ready.get("reason") in FAILED_READY_REASONS:
+        words = str(ready.get("message") or ready.get("reason"))
+        return observe(Phase.FAILED, R.MODEL_FAILED(why=_short(words)))
     return observe(Phase.STARTING, R.STARTING_REPLICAS(n=max(wanted, 1)))
 
 

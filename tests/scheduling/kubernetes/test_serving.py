@@ -228,6 +228,23 @@ def model_pod(api: ApiServer, workload: Any, *, ready: bool, name: str = "p-0") 
     )
 
 
+def unschedulable(api: ApiServer, pod_name: str) -> None:
+    """The pod waits for room, in the scheduler's words."""
+
+    def change(pod: dict[str, Any]) -> None:
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/4 nodes are available: 4 Insufficient volcano.sh/vgpu-number.",
+                }
+            ],
+        }  # fmt: skip
+
+    api.update("pods", NAMESPACE, pod_name, change)
+
+
 @pytest.fixture
 def kserve_backend(make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
     return make_backend(serving="kserve")
@@ -301,19 +318,7 @@ def test_a_pending_predictor_waits_for_resources_with_the_schedulers_words(
     workload = server()
     handle = kserve_backend.submit(workload)
     model_pod(api, workload, ready=False)
-
-    def unschedulable(pod: dict[str, Any]) -> None:
-        pod["status"] = {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                    "message": "0/4 nodes are available: 4 Insufficient volcano.sh/vgpu-number.",
-                }
-            ],
-        }  # fmt: skip
-
-    api.update("pods", NAMESPACE, "p-0", unschedulable)
+    unschedulable(api, "p-0")
     observation = kserve_backend.observe([handle])[workload.workload_id]
     assert observation.phase == Phase.PENDING
     assert "4 Insufficient volcano.sh/vgpu-number" in observation.reason.text()
@@ -470,3 +475,36 @@ def test_the_serving_setting_is_kserve_or_deployment() -> None:
     assert KubernetesConfig.from_mapping({"serving": "kserve"}).serving == "kserve"
     with pytest.raises(ValueError, match='serving must be "kserve" or "deployment"'):
         KubernetesConfig.from_mapping({"serving": "knative"})
+
+
+def test_a_revision_that_cannot_start_fails_but_one_waiting_for_room_waits(
+    api: ApiServer, kserve_backend: KubernetesBackend
+) -> None:
+    workload = server()
+    handle = kserve_backend.submit(workload)
+    message = 'Revision "q-1-predictor-00001" failed with message: exec format error.'
+    failed = ready_condition("False", "RevisionFailed", message)
+    set_isvc_status(api, handle.state["name"], conditions=[failed])
+    observation = kserve_backend.observe([handle])[workload.workload_id]
+    assert observation.phase == Phase.FAILED
+    assert observation.reason.text() == f"the model server failed: {message}"
+    model_pod(api, workload, ready=False)
+    unschedulable(api, "p-0")
+    assert kserve_backend.observe([handle])[workload.workload_id].phase == Phase.PENDING
+
+
+def test_a_new_revision_that_fails_while_the_old_one_serves_keeps_serving(
+    api: ApiServer, kserve_backend: KubernetesBackend
+) -> None:
+    workload = server(dataclasses.replace(IRIS, min_replicas=1))
+    handle = kserve_backend.submit(workload)
+    model_pod(api, workload, ready=True)
+    set_isvc_status(
+        api, handle.state["name"], conditions=[ready_condition("True")],
+        modelStatus={"transitionStatus": "BlockedByFailedLoad",
+                     "lastFailureInfo": {"reason": "ModelLoadFailed", "message": "bad file"}},
+    )  # fmt: skip
+    observation = kserve_backend.observe([handle])[workload.workload_id]
+    assert (observation.phase, observation.reason.text()) == (
+        Phase.RUNNING, "serving with 1 of 1 replicas ready",
+    )  # fmt: skip
