@@ -48,6 +48,7 @@ QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 KSERVE_API = "serving.kserve.io/v1beta1"
 KSERVE_CONTAINER = "kserve-container"
 SCALE_TO_ZERO_RETENTION = "autoscaling.knative.dev/scale-to-zero-pod-retention-period"
+SKLEARN_RUNTIME = "kserve-sklearnserver"  # KServe's ClusterServingRuntime for sklearn
 MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer (and our claim mount) put it
 # The portal's model frameworks -> KServe's model formats ("": the template's own container).
 MODEL_FORMATS = {"sklearn": "sklearn", "pytorch": "pytorch", "onnx": "onnx", "custom": ""}
@@ -435,7 +436,9 @@ def inference_service(
         if model_format == "sklearn":
             # KServe's sklearn runtime serves under the InferenceService's name; these are its
             # own arguments with the model's v2 name, so a client works as it does locally.
-            # (TorchServe and Triton take the name from the version's files.)
+            # Named, so that KServe does not pick another runtime (MLServer) these would not
+            # fit. (TorchServe and Triton take the name from the version's files.)
+            predictor["model"]["runtime"] = SKLEARN_RUNTIME
             predictor["model"]["args"] = _server_args(serving.model_name, config.serving_port)
     else:
         if not spec.image:

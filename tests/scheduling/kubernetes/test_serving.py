@@ -53,6 +53,7 @@ def test_with_kserve_a_model_server_is_one_inference_service() -> None:
     assert predictor["model"]["storageUri"] == "pvc://models/alice/iris/3"
     # The runtime's own arguments, with the model's v2 name instead of the object's name.
     assert "--model_name=iris" in predictor["model"]["args"]
+    assert predictor["model"]["runtime"] == "kserve-sklearnserver"  # the one these args fit
     assert (predictor["minReplicas"], predictor["maxReplicas"]) == (0, 3)
     assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 8)
     # Volcano places the predictor's pods in the queue; they carry the workload's labels, so
