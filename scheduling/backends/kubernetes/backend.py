@@ -164,7 +164,8 @@ class KubernetesBackend:
                     )
                 return bool(change)
             deployment = self.kube.get(k.DEPLOYMENT, name, namespace)
-            replicas = int((deployment.get("spec") or {}).get("replicas", 1))
+            replicas = (deployment.get("spec") or {}).get("replicas")
+            replicas = 1 if replicas is None else int(replicas)
             written = False
             if low == 0:
                 if replicas != 0:

@@ -214,7 +214,8 @@ def deployment_observation(
         if "exceeded quota" in message:
             return observe(Phase.PENDING, R.NAMESPACE_QUOTA(detail=message))
         return observe(Phase.PENDING, R.CANNOT_CREATE_PODS(why=message))
-    wanted = int((deployment.get("spec") or {}).get("replicas", 1))
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    wanted = 1 if replicas is None else int(replicas)  # the API's default is 1
     available = int(status.get("availableReplicas") or 0)
     if wanted == 0 and not available:  # a schedule's window closed (KubernetesBackend.scale)
         return observe(Phase.RUNNING, R.SCALED_TO_ZERO())
