@@ -39,4 +39,6 @@ app.conf.beat_schedule = {
     "kubernetes-resync": {"task": "quanta.cluster.kubernetes_resync", "schedule": 30.0},
     "kubernetes-inventory": {"task": "quanta.cluster.kubernetes_inventory", "schedule": 60.0},
     "kubernetes-objects": {"task": "quanta.cluster.kubernetes_objects", "schedule": 300.0},
+    # Model servers' time windows (昼推夜训): minReplicas up by day, down at night.
+    "serving-schedules": {"task": "quanta.cluster.apply_serving_schedules", "schedule": 60.0},
 }
