@@ -233,6 +233,8 @@ class LedgerEntry(models.Model):
         verbose_name_plural = "ledger entries"
         indexes = [
             models.Index(fields=["account", "created_at"], name="ledger_account_time"),
+            # Spend per period (budgets, invoices): a charge counts at its period_start.
+            models.Index(fields=["account", "period_start"], name="ledger_account_period"),
             models.Index(
                 fields=["corrects"], condition=Q(corrects__isnull=False), name="ledger_corrects"
             ),

@@ -4,6 +4,9 @@ own length, to the tenant it is shared with or to its owner, and end when it is 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -110,3 +113,21 @@ def test_the_months_invoice_has_a_storage_line(world: Any, stored: Any) -> None:
     (line,) = invoices.Invoice.objects.get().lines.all()
     assert (line.workload, line.size) == ("MNIST", "storage 1.50 GiB")
     assert line.amount == pricing.round_amount(Fraction(3, 2) * Fraction("3.1"))  # all January
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", "60.0"), ("300", "300.0"), ("abc", "must be a number of seconds, not 'abc'"),
+     ("5", "must be at least 10 seconds, not 5")],
+)  # fmt: skip
+def test_the_settlement_tick_period_comes_from_the_environment(value: str, expected: str) -> None:
+    """BILLING_SETTLE_SECONDS sets the beat's period (read when the schedule is built); a
+    wrong value stops the start with the variable's name."""
+    script = (
+        "import portal.celery as c; print(c.app.conf.beat_schedule['settle-usage']['schedule'])"
+    )
+    env = {**os.environ, "BILLING_SETTLE_SECONDS": value, "DEBUG": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert expected in done.stdout + done.stderr
