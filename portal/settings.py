@@ -7,6 +7,7 @@ REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=false.
 
 from __future__ import annotations
 
+from ipaddress import ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.metrics.RequestMetricsMiddleware",  # counts and times every answer, refusals too
     "portal.middleware.RequestLimitsMiddleware",  # core/limits.py: 400, 413, 414 at the edge
     "django.middleware.security.SecurityMiddleware",
     "portal.overload.DatabaseUnavailableMiddleware",
@@ -99,7 +101,7 @@ MIDDLEWARE = [
 
 if not DEBUG:
     # Production serves collected static files itself; DEBUG's runserver serves them directly.
-    MIDDLEWARE.insert(2, "whitenoise.middleware.WhiteNoiseMiddleware")
+    MIDDLEWARE.insert(3, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -358,6 +360,18 @@ NOVNC_DIR = envstr("NOVNC_DIR", "/usr/share/novnc")
 PYCHARM_HOME = envstr("PYCHARM_HOME", "")
 # More paths every local task may read (read-only in the sandbox), comma-separated.
 LOCAL_READONLY_PATHS = envlist("LOCAL_READONLY_PATHS", "")
+
+# /metrics (portal/metrics.py): a scraper sends METRICS_TOKEN as a bearer token, or connects
+# from a network of METRICS_ALLOW; with neither set, only this host may scrape.
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
+METRICS_ALLOW = envlist("METRICS_ALLOW", "")
+for _net in METRICS_ALLOW:
+    try:
+        ip_network(_net, strict=False)
+    except ValueError:
+        raise ConfigError(
+            "METRICS_ALLOW", f"{_net!r} is not an address or network (10.0.0.0/8, ::1)"
+        ) from None
 
 # Personal API tokens: how often (seconds) the last-used time is written at most.
 API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)

@@ -76,6 +76,7 @@ def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
         ({"DEBUG": "false"}, "SECRET_KEY: is required when DEBUG is off"),
         ({"DEBUG": "true", "DATABASE_URL": "mysql://x/y"}, "DATABASE_URL: scheme must be"),
         ({"DEBUG": "true", "OIDC_RP_CLIENT_ID": "quanta"}, "OIDC_OP_AUTHORIZATION_ENDPOINT"),
+        ({"DEBUG": "true", "METRICS_ALLOW": "10.0.0.0/8,campus"}, "METRICS_ALLOW: 'campus'"),
     ],
 )
 def test_the_portal_refuses_to_start_with_a_bad_setting(tmp_path, env, words) -> None:
