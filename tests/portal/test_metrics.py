@@ -18,6 +18,7 @@ from portal import metrics
 from portal.asgi import application
 from scheduling.backends.base import Phase
 from scheduling.models import Cluster, GpuDevice, Node
+from tests.marks import requires_redis
 from tests.portal.test_live import channel_layer, connect, live_test  # noqa: F401 (fixture)
 from tests.workloads import conftest as workload_fixtures
 from workloads import reconcile
@@ -299,3 +300,22 @@ def test_with_a_multiprocess_directory_the_processes_values_add_up(tmp_path) -> 
         text=True,
     ).stdout
     assert 'quanta_admission_session_duration_seconds_count{cluster="far"} 1.0' in out
+
+
+@requires_redis
+def test_the_celery_queue_lengths_are_read_from_real_redis(settings, monkeypatch) -> None:
+    import uuid
+
+    import redis
+
+    queue = f"quanta-test-{uuid.uuid4().hex[:8]}"  # a queue of its own: no worker takes it
+    monkeypatch.setattr(metrics, "CELERY_QUEUES", (queue,))
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.rpush(queue, "a", "b", "c")
+        families = {f.name: f for f in metrics.DomainCollector().collect()}
+    finally:
+        client.delete(queue)
+        client.close()
+    [sample] = families["quanta_celery_queue_length"].samples
+    assert (sample.labels, sample.value) == ({"queue": queue}, 3)
