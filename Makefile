@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.run-deps
 TEST_STAMP := $(VENV)/.test-deps
+DATA_DIR ?= var
+STATIC_STAMP := $(DATA_DIR)/staticfiles/.collected
 
 .PHONY: run test lint pytest browser install apps clean
 
@@ -24,6 +26,10 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 
 install: $(RUN_STAMP)
 
+$(STATIC_STAMP): $(RUN_STAMP) $(shell find static -type f)
+	DEBUG=false DATA_DIR=$(DATA_DIR) $(BIN)/python manage.py collectstatic --noinput --verbosity 0
+	touch $@
+
 # The browser apps beyond JupyterLab, from the registries only (scripts/install-apps.sh): VS Code
 # (code-server from npm into .apps/), and as root with apt-get the Debian packages of the
 # desktop (TigerVNC, openbox, noVNC, xterm), ripgrep and bubblewrap. What cannot be installed is
@@ -31,9 +37,13 @@ install: $(RUN_STAMP)
 apps:
 	./scripts/install-apps.sh
 
-# Embedded default: SQLite, in-process tasks, in-memory channel layer, local backend, demo data.
-run: export DEBUG ?= true
-run: $(RUN_STAMP)
+# Embedded default: SQLite, in-process tasks, in-memory channel layer, local backend, demo data,
+# with DEBUG off (`make run DEBUG=true` for Django's debug pages): whitenoise serves the static
+# files, collected again whenever they or the dependencies change. Plain HTTP on 127.0.0.1:
+# cookies without the Secure flag, mail printed to the console.
+run: export SECURE_COOKIES ?= false
+run: export EMAIL_BACKEND ?= django.core.mail.backends.console.EmailBackend
+run: $(RUN_STAMP) $(STATIC_STAMP)
 	-./scripts/install-apps.sh  # never fails the run: without them those apps are not offered
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo --url http://127.0.0.1:$(PORT)/

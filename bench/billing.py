@@ -31,6 +31,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -146,26 +147,41 @@ def copies_counted(counts: list[int]) -> Iterator[None]:
 
 
 def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
-    """One tick's seconds and statements. Statements are counted by an execute wrapper
-    (``CaptureQueriesContext`` formats every statement with its parameters, which on SQLite
-    cost as much as a quarter of the tick it measured)."""
+    """One tick's seconds and statements, on every connection it uses (a settlement on
+    PostgreSQL runs its batches on BILLING_SETTLE_WORKERS threads, each with its own).
+    Statements are counted by an execute wrapper (``CaptureQueriesContext`` formats every
+    statement with its parameters, which on SQLite cost as much as a quarter of the tick it
+    measured), COPY statements by wrapping the driver's method."""
     from django.db import connection
+    from django.db.backends.signals import connection_created
 
     from billing import services
 
+    lock = threading.Lock()
     count = 0
 
     def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal count
-        count += 1
+        with lock:
+            count += 1
         return execute(sql, params, many, context)
+
+    def wrap(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connection.execute_wrappers.append(counted)
 
     copies: list[int] = []
     postgres = connection.vendor == "postgresql"
-    with connection.execute_wrapper(counted), copies_counted(copies) if postgres else nullcontext():
-        began = time.perf_counter()
-        done = services.settle(now, batch_size=batch)
-        seconds = time.perf_counter() - began
+    connection_created.connect(wrap)
+    try:
+        with (
+            connection.execute_wrapper(counted),
+            copies_counted(copies) if postgres else nullcontext(),
+        ):
+            began = time.perf_counter()
+            done = services.settle(now, batch_size=batch)
+            seconds = time.perf_counter() - began
+    finally:
+        connection_created.disconnect(wrap)
     count += sum(copies)
     return {
         "tick": label,

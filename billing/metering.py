@@ -145,7 +145,11 @@ def sync_intervals(now: dt.datetime | None = None) -> dict[str, int]:
     longer holds resources (at its end), open one for work that holds without one."""
     now = now or timezone.now()
     closed = 0
-    stale = UsageInterval.objects.filter(ended_at__isnull=True).exclude(workload__state__in=HOLDING)
+    stale = (  # storage intervals (billing.storage) are not work: they end with their data
+        UsageInterval.objects.filter(ended_at__isnull=True, storage_mib=0).exclude(
+            workload__state__in=HOLDING
+        )
+    )
     for interval in stale.select_related("workload"):
         ended = interval.workload.finished_at if interval.workload else None
         end = max(interval.started_at, ended or now)

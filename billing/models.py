@@ -136,6 +136,15 @@ class UsageInterval(models.Model):
     gpus = models.PositiveIntegerField(default=0)  # whole devices
     gpu_share_milli = models.PositiveIntegerField(default=0)  # shares, thousandths of a device
     gpu_model = models.CharField(max_length=64, blank=True)
+    # Storage held (a dataset's files): priced per GiB-month (``billing.storage``).
+    storage_mib = models.PositiveBigIntegerField(default=0)
+    dataset = models.ForeignKey(
+        "workloads.Dataset",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     priority_class = models.CharField(max_length=63, blank=True)
     queue = models.CharField(max_length=63, blank=True)
     # Names as they were, for statements that outlive renames.
@@ -150,7 +159,12 @@ class UsageInterval(models.Model):
                 fields=["workload"],
                 condition=Q(ended_at__isnull=True),
                 name="one_open_interval_per_workload",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["dataset"],
+                condition=Q(ended_at__isnull=True),
+                name="one_open_interval_per_dataset",
+            ),
         ]
         indexes = [
             models.Index(
@@ -219,6 +233,8 @@ class LedgerEntry(models.Model):
         verbose_name_plural = "ledger entries"
         indexes = [
             models.Index(fields=["account", "created_at"], name="ledger_account_time"),
+            # Spend per period (budgets, invoices): a charge counts at its period_start.
+            models.Index(fields=["account", "period_start"], name="ledger_account_period"),
             models.Index(
                 fields=["corrects"], condition=Q(corrects__isnull=False), name="ledger_corrects"
             ),

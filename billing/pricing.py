@@ -84,6 +84,7 @@ class Version:
     queue_multipliers: dict[str, int] = field(default_factory=dict)
     offpeak: tuple[dt.time, dt.time] | None = None
     offpeak_multiplier: int = P4
+    storage_gib_month: int = 0  # per GiB and calendar month (no multipliers apply)
 
     def hourly(self, held: Held) -> int:
         """One hour of what ``held`` holds, before multipliers, in 1e-4 / QUANTITY."""
@@ -154,6 +155,7 @@ def versions(plans: Iterable[PricePlan]) -> list[Version]:
                 queue_multipliers={k: _units(v) for k, v in plan.queue_multipliers.items()},
                 offpeak=window,
                 offpeak_multiplier=_units(plan.offpeak_multiplier) if window else P4,
+                storage_gib_month=_units(plan.storage_gib_month),
             )
         )
     return out
@@ -344,3 +346,36 @@ def month_starts(start: dt.datetime, end: dt.datetime, tz: Any) -> list[dt.datet
         if first >= end:
             return out
         out.append(first)
+
+
+def month_bounds(moment: dt.datetime, tz: Any) -> tuple[dt.datetime, dt.datetime]:
+    """The local calendar month around ``moment``: its first midnight and the next's."""
+    local = moment.astimezone(tz)
+    first = dt.datetime(local.year, local.month, 1, tzinfo=tz)
+    year, month = (local.year + 1, 1) if local.month == 12 else (local.year, local.month + 1)
+    return first, dt.datetime(year, month, 1, tzinfo=tz)
+
+
+def storage_cost(
+    plan_versions: Sequence[Version], mib: int, start: dt.datetime, end: dt.datetime, tz: Any
+) -> Fraction:
+    """What holding ``mib`` MiB over [start, end) costs, exactly: in each calendar month
+    (local time) the month's price per GiB × GiB × the share of the month held, whatever the
+    month's length (a day of February is 1/28 of February's price, a day of March 1/31 of
+    March's). Under each plan version its own price; before the first, nothing."""
+    if mib <= 0 or end <= start:
+        return Fraction(0)
+    total = Fraction(0)
+    for version in plan_versions:
+        lo = max(start, version.start)
+        hi = end if version.end is None else min(end, version.end)
+        if lo >= hi or not version.storage_gib_month:
+            continue
+        at = lo
+        while at < hi:
+            first, after = month_bounds(at, tz)
+            cut = min(hi, after)
+            held = version.storage_gib_month * mib * (micros(cut) - micros(at))
+            total += Fraction(held, P4 * 1024 * (micros(after) - micros(first)))
+            at = cut
+    return total

@@ -13,12 +13,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import queue
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
@@ -254,10 +258,11 @@ class _Plans:
 
     def __init__(self) -> None:
         self._by_cluster: dict[int, list[pricing.Version]] = {}
+        self._complete = False
 
     def load(self, cluster_ids: Iterable[int]) -> None:
         missing = set(cluster_ids) - set(self._by_cluster)
-        if not missing:
+        if not missing or self._complete:
             return
         rows: dict[int, list[PricePlan]] = defaultdict(list)
         for plan in PricePlan.objects.filter(cluster_id__in=missing):
@@ -267,6 +272,18 @@ class _Plans:
 
     def __getitem__(self, cluster_id: int) -> list[pricing.Version]:
         return self._by_cluster[cluster_id]
+
+    @classmethod
+    def everything(cls) -> _Plans:
+        """Every cluster's versions (a few rows), read before the batches: shared read-only
+        by the threads of a settlement; a cluster without a plan has no versions."""
+        plans = cls()
+        rows: dict[int, list[PricePlan]] = defaultdict(list)
+        for plan in PricePlan.objects.all():
+            rows[plan.cluster_id].append(plan)
+        plans._by_cluster = defaultdict(list, {c: pricing.versions(r) for c, r in rows.items()})
+        plans._complete = True
+        return plans
 
 
 # What settlement reads of an interval: plain values, not model instances (100,000 a tick).
@@ -283,6 +300,7 @@ ROW_FIELDS = (
     "gpus",
     "gpu_share_milli",
     "gpu_model",
+    "storage_mib",
     "priority_class",
     "queue",
     "workload_name",
@@ -308,6 +326,7 @@ class _Row:
     gpus: int
     gpu_share_milli: int
     gpu_model: str
+    storage_mib: int
     priority_class: str
     queue: str
     workload_name: str
@@ -329,6 +348,7 @@ class _Row:
             self.gpus,
             self.gpu_share_milli,
             self.gpu_model,
+            self.storage_mib,
             self.priority_class,
             self.queue,
             self.workload_name,
@@ -346,25 +366,94 @@ def _rows(queryset: Any) -> list[_Row]:
     return [_Row(values) for values in queryset.values_list(*ROW_FIELDS)]
 
 
-def settle(now: dt.datetime | None = None, *, batch_size: int = BATCH) -> Settled:
+def settle(
+    now: dt.datetime | None = None, *, batch_size: int = BATCH, workers: int | None = None
+) -> Settled:
     """Charge every unsettled interval up to ``now`` (the periodic tick). Batches of
     ``batch_size`` intervals, each in its own transaction; rows another settlement holds
-    are skipped (it charges them)."""
+    are skipped (it charges them).
+
+    On PostgreSQL the batches run on ``workers`` connections at once (default
+    ``settings.BILLING_SETTLE_WORKERS``): while one batch's rows are written and committed
+    by the server, the next is priced in Python. Called inside a transaction (a caller's
+    ``atomic``, a test), it runs on that one connection, which alone sees the caller's rows."""
     now = now or timezone.now()
-    plans = _Plans()
+    if workers is None:
+        workers = settings.BILLING_SETTLE_WORKERS
+    conn = connections[DEFAULT_DB_ALIAS]
+    if workers <= 1 or conn.vendor != "postgresql" or conn.in_atomic_block:
+        return _settle_after(0, None, now, batch_size, _Plans.everything())
+    plans = _Plans.everything()
+    bounds = _ranges(batch_size)
+    if len(bounds) == 1:  # one batch or none: no other connection to gain from
+        return _settle_after(0, None, now, batch_size, plans)
+    ranges: queue.SimpleQueue[tuple[int, int | None]] = queue.SimpleQueue()
+    for part_bounds in bounds:
+        ranges.put(part_bounds)
+    with ThreadPoolExecutor(workers, thread_name_prefix="settle") as pool:
+        parts = [
+            pool.submit(_settle_ranges, ranges, now, batch_size, plans) for _ in range(workers)
+        ]
     done = Settled()
-    after = 0
+    for part in parts:
+        got = part.result()  # a batch's error is the tick's (its own batch rolled back)
+        done.intervals += got.intervals
+        done.entries += got.entries
+        done.amount += got.amount
+    return done
+
+
+def _ranges(batch_size: int) -> list[tuple[int, int | None]]:
+    """The unsettled intervals as id ranges (after, up to] of ``batch_size`` rows each, the
+    last one open: intervals opened meanwhile are charged by the last range."""
+    ids = list(
+        UsageInterval.objects.filter(is_settled=False).order_by("pk").values_list("pk", flat=True)
+    )
+    cuts = ids[batch_size - 1 : -1 : batch_size]
+    lows = [0, *cuts]
+    return list(zip(lows, [*cuts, None], strict=True))
+
+
+def _settle_ranges(
+    ranges: queue.SimpleQueue[tuple[int, int | None]],
+    now: dt.datetime,
+    batch_size: int,
+    plans: _Plans,
+) -> Settled:
+    """Ranges from ``ranges`` until none is left, on this thread's own connection (closed
+    at the end)."""
+    done = Settled()
+    try:
+        while True:
+            try:
+                after, upto = ranges.get_nowait()
+            except queue.Empty:
+                return done
+            part = _settle_after(after, upto, now, batch_size, plans)
+            done.intervals += part.intervals
+            done.entries += part.entries
+            done.amount += part.amount
+    finally:
+        connections.close_all()  # this thread's connections only
+
+
+def _settle_after(
+    after: int, upto: int | None, now: dt.datetime, batch_size: int, plans: _Plans
+) -> Settled:
+    """The unsettled intervals with ids in (after, upto], batch by batch."""
+    done = Settled()
     while True:
         with transaction.atomic():
-            rows = _rows(
-                UsageInterval.objects.select_for_update(skip_locked=True)
-                .filter(is_settled=False, pk__gt=after)
-                .order_by("pk")[:batch_size]
+            rows = UsageInterval.objects.select_for_update(skip_locked=True).filter(
+                is_settled=False, pk__gt=after
             )
-            if not rows:
+            if upto is not None:
+                rows = rows.filter(pk__lte=upto)
+            batch = _rows(rows.order_by("pk")[:batch_size])
+            if not batch:
                 return done
-            after = rows[-1].id
-            _settle_rows(rows, now, plans, done)
+            after = batch[-1].id
+            _settle_rows(batch, now, plans, done)
 
 
 def settle_workload(workload: Any, now: dt.datetime | None = None) -> Settled:
@@ -398,20 +487,15 @@ def _settle_rows(rows: Sequence[_Row], now: dt.datetime, plans: _Plans, done: Se
         until = now if row.ended_at is None else min(row.ended_at, now)
         until = max(until, row.started_at)
         line = timelines[row.cluster_id]
-        begin = pricing.micros(row.started_at)
         if until < row.settled_until:  # ended before the span already charged: give back
-            total = pricing.round_ratio(
-                line.numerator(row, begin, pricing.micros(until)), pricing.DENOMINATOR
-            )
+            total = _cost_to(row, line, until, plans, tz)
             if total != row.charged:
                 writer.add(row, total - row.charged, line, until, until, adjustment=True)
                 done.amount += total - row.charged
         else:
             at, charged = row.settled_until, row.charged
             for cut in [*pricing.month_starts(at, until, tz), until]:
-                total = pricing.round_ratio(
-                    line.numerator(row, begin, pricing.micros(cut)), pricing.DENOMINATOR
-                )
+                total = _cost_to(row, line, cut, plans, tz)
                 if total != charged:
                     writer.add(row, total - charged, line, at, cut)
                     done.amount += total - charged
@@ -423,6 +507,18 @@ def _settle_rows(rows: Sequence[_Row], now: dt.datetime, plans: _Plans, done: Se
     _write_watermarks(rows)
     done.intervals += len(rows)
     done.entries += len(writer.entries)
+
+
+def _cost_to(
+    row: _Row, line: pricing.Timeline, cut: dt.datetime, plans: _Plans, tz: Any
+) -> Decimal:
+    """The interval's exact cost from its start to ``cut``, rounded once: what it holds per
+    hour (the timeline's integers) and, for stored data, per GiB-month (exact fractions)."""
+    numerator = line.numerator(row, pricing.micros(row.started_at), pricing.micros(cut))
+    if not row.storage_mib:
+        return pricing.round_ratio(numerator, pricing.DENOMINATOR)
+    stored = pricing.storage_cost(plans[row.cluster_id], row.storage_mib, row.started_at, cut, tz)
+    return pricing.round_amount(Fraction(numerator, pricing.DENOMINATOR) + stored)
 
 
 def _timelines(
@@ -539,6 +635,12 @@ class _EntryWriter:
                 "created_at": self.written,
             }
         )
+        if row.storage_mib:  # stored data: priced per GiB-month, the segments say at what
+            details = self.entries[-1]["details"]
+            details["storage_mib"] = row.storage_mib
+            for segment, (_lo, _hi, _span, piece) in zip(details["segments"], charged, strict=True):
+                gib_month = Decimal(piece.version.storage_gib_month).scaleb(-4)
+                segment["unit_price_gib_month"] = str(gib_month)
 
 
 ENTRY_COLUMNS = (

@@ -1,5 +1,6 @@
 """The settlement tick (``quanta.billing.settle``, on the beat schedule in portal/celery.py):
-repair the intervals a lost listener call left, charge every unsettled one up to now, then
+repair the intervals a lost listener call left, meter the datasets' storage
+(``billing.storage``), charge every unsettled interval up to now, then
 evaluate the budgets (``billing.budgets.evaluate``)."""
 
 from __future__ import annotations
@@ -8,17 +9,19 @@ from typing import Any
 
 from celery import shared_task
 
-from billing import budgets, invoices, metering, services
+from billing import budgets, invoices, metering, services, storage
 
 
 @shared_task(name="quanta.billing.settle", acks_late=True)
 def settle() -> dict[str, Any]:
     repaired = metering.sync_intervals()
+    stored = storage.sync_storage()
     done = services.settle()
     # Budgets read the ledger just written: notices at thresholds, stop policies carried out.
     judged = budgets.evaluate()
     return {
         **repaired,
+        **stored,
         "intervals": done.intervals,
         "entries": done.entries,
         "amount": str(done.amount),

@@ -59,6 +59,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth import get_user_model
 
 from core.language import reader_language
+from core.metrics import LIVE_CONNECTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +243,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     subscriptions: dict[str, Subscription]
     topic_of_group: dict[str, str]
+    counted = False  # in LIVE_CONNECTIONS: accepted, not yet disconnected
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -255,6 +257,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.subscriptions = {}
         self.topic_of_group = {}
         await self.accept()
+        self.counted = True
+        LIVE_CONNECTIONS.inc()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As Channels dispatches, without its ``aclose_old_connections()`` before every
@@ -274,6 +278,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await handler(message)
 
     async def disconnect(self, code: int) -> None:
+        if self.counted:
+            self.counted = False
+            LIVE_CONNECTIONS.dec()
         for topic in list(getattr(self, "subscriptions", {})):
             await self._unsubscribe(topic)
 

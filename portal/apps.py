@@ -7,6 +7,13 @@ class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = "Portal"
 
+    def ready(self) -> None:
+        from portal import metrics
+        from workloads import lifecycle
+
+        # After each commit: launch-to-running observed for /metrics.
+        lifecycle.on_transitions(metrics.on_transitions)
+
 
 class QuantaAdminConfig(admin_apps.AdminConfig):
     """Django admin, open to superusers only (staff flags grant nothing here)."""

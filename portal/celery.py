@@ -23,15 +23,33 @@ app.conf.task_routes = {
     "quanta.*": {"queue": "default"},
 }
 
+
+def _seconds(name: str, default: float, minimum: float) -> float:
+    """A beat period from the environment (read here: the schedule is built on import)."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum:g} seconds, not {raw}")
+    return value
+
+
 # name -> entry; each app adds its periodic work here as it grows.
 app.conf.beat_schedule = {
     "reconcile-clusters": {"task": "quanta.cluster.reconcile", "schedule": 3.0},
     "cull-idle-environments": {"task": "quanta.workloads.cull", "schedule": 60.0},
-    "serving-schedules": {"task": "quanta.serving.schedules", "schedule": 30.0},
+    # Local clusters: endpoints to their schedule's minimum, idle ones to zero.
+    "serving-floors": {"task": "quanta.serving.schedules", "schedule": 30.0},
     "sync-nodes": {"task": "quanta.cluster.sync_nodes", "schedule": 300.0},
     "expire-grants": {"task": "quanta.workloads.expire_grants", "schedule": 600.0},
     "close-ended-terms": {"task": "quanta.tenants.close_ended_terms", "schedule": 3600.0},
-    "settle-usage": {"task": "quanta.billing.settle", "schedule": 60.0},
+    # Each tick writes an entry per open interval: a large install may settle less often.
+    "settle-usage": {
+        "task": "quanta.billing.settle",
+        "schedule": _seconds("BILLING_SETTLE_SECONDS", 60.0, 10.0),
+    },
     "close-invoices": {"task": "quanta.billing.close_invoices", "schedule": 3600.0},
     "purge-idempotency-keys": {"task": "quanta.core.purge_idempotency_keys", "schedule": 3600.0},
     # Kubernetes clusters: one watcher each (a lock keeps it to one), a full resync as the
@@ -40,4 +58,6 @@ app.conf.beat_schedule = {
     "kubernetes-resync": {"task": "quanta.cluster.kubernetes_resync", "schedule": 30.0},
     "kubernetes-inventory": {"task": "quanta.cluster.kubernetes_inventory", "schedule": 60.0},
     "kubernetes-objects": {"task": "quanta.cluster.kubernetes_objects", "schedule": 300.0},
+    # Model servers' time windows (昼推夜训): minReplicas up by day, down at night.
+    "serving-schedules": {"task": "quanta.cluster.apply_serving_schedules", "schedule": 60.0},
 }

@@ -1,12 +1,13 @@
 """Quanta settings, read only from the environment (see docs/configuration.md).
 
-With nothing set, Quanta runs in its embedded mode: SQLite in ``var/``, tasks in-process, an
-in-memory channel layer and the local cluster backend. Production sets DATABASE_URL,
-REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=false.
+With nothing set, Quanta runs in its embedded mode: SQLite in ``var/``, a secret key generated
+there, tasks in-process, an in-memory channel layer and the local cluster backend, with DEBUG
+off unless asked for. Production sets DATABASE_URL, REDIS_URL, SECRET_KEY and ALLOWED_HOSTS.
 """
 
 from __future__ import annotations
 
+from ipaddress import ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -28,16 +29,20 @@ DATA_DIR = Path(envstr("DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DEBUG = envbool("DEBUG", False)
 
-# SECRET_KEY: required in production; the embedded (DEBUG) mode generates one once and keeps
-# it in DATA_DIR so sessions survive restarts.
+# SECRET_KEY: production sets it (the same on every web process). Without it, one is generated
+# once and kept in DATA_DIR, so that every manage.py command and the embedded mode work on a
+# fresh checkout and sessions survive restarts.
 _secret = envstr("SECRET_KEY", "")
 if not _secret:
-    if not DEBUG:
-        raise ConfigError("SECRET_KEY", "is required when DEBUG is off")
-    _secret = secret_from_file(DATA_DIR / "secret_key", generate=True) or ""
+    try:
+        _secret = secret_from_file(DATA_DIR / "secret_key", generate=True) or ""
+    except OSError as exc:
+        raise ConfigError(
+            "SECRET_KEY", f"is not set, and {DATA_DIR / 'secret_key'} cannot be written: {exc}"
+        ) from exc
 SECRET_KEY = _secret
 
-ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not _origin.startswith(("http://", "https://")):
@@ -54,6 +59,8 @@ LOCAL_CGROUP_PARENT = envstr("LOCAL_CGROUP_PARENT", "")
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
 # Datasets (workloads.datasets): registered folders live under DATASETS_DIR; uploads are
 # unpacked into its "uploads" folder, each at most DATASET_UPLOAD_MAX_MB unpacked.
+# Billing: PostgreSQL connections a settlement tick uses at once (1: one at a time).
+BILLING_SETTLE_WORKERS = envint("BILLING_SETTLE_WORKERS", 2, minimum=1)
 DATASETS_DIR = Path(envstr("DATASETS_DIR", str(DATA_DIR / "datasets"))).resolve()
 DATASET_UPLOAD_MAX_MB = envint("DATASET_UPLOAD_MAX_MB", 1024, minimum=1)
 # Models (workloads.model_registry): each version's files, copied in and never changed after.
@@ -87,6 +94,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.metrics.RequestMetricsMiddleware",  # counts and times every answer, refusals too
     "portal.middleware.RequestLimitsMiddleware",  # core/limits.py: 400, 413, 414 at the edge
     "django.middleware.security.SecurityMiddleware",
     "portal.overload.DatabaseUnavailableMiddleware",
@@ -102,7 +110,7 @@ MIDDLEWARE = [
 
 if not DEBUG:
     # Production serves collected static files itself; DEBUG's runserver serves them directly.
-    MIDDLEWARE.insert(2, "whitenoise.middleware.WhiteNoiseMiddleware")
+    MIDDLEWARE.insert(3, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -341,6 +349,22 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "SAMEORIGIN"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# HSTS, sent on HTTPS answers only (the embedded server's plain HTTP gets none). Subdomains and
+# preloading would bind every host of the university's domain: its decision, off by default.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+# The reverse proxy terminates TLS and redirects plain HTTP (docs/operations.md); the embedded
+# server has no TLS to redirect to.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+SILENCED_SYSTEM_CHECKS = [
+    *([] if SECURE_SSL_REDIRECT else ["security.W008"]),  # the proxy redirects, see above
+    *([] if SECURE_HSTS_INCLUDE_SUBDOMAINS else ["security.W005"]),  # the university's choice
+    *([] if SECURE_HSTS_PRELOAD else ["security.W021"]),  # likewise
+    # X_FRAME_OPTIONS is SAMEORIGIN, not DENY: apps behind the notebook proxy frame their own
+    # pages (JupyterLab's HTML viewer, noVNC), on the portal's origin.
+    "security.W019",
+]
 
 # Notebook kernels send large outputs (plots, dataframes) in one WebSocket message; daphne's
 # default cap of 1 MiB would cut them off. `manage.py serve` reads these; production passes the
@@ -368,6 +392,18 @@ SERVING_RATE_LIMIT = envint("SERVING_RATE_LIMIT", 50, minimum=1)
 SERVING_COLD_START_SECONDS = envint("SERVING_COLD_START_SECONDS", 60, minimum=1)
 # More paths every local task may read (read-only in the sandbox), comma-separated.
 LOCAL_READONLY_PATHS = envlist("LOCAL_READONLY_PATHS", "")
+
+# /metrics (portal/metrics.py): a scraper sends METRICS_TOKEN as a bearer token, or connects
+# from a network of METRICS_ALLOW; with neither set, only this host may scrape.
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
+METRICS_ALLOW = envlist("METRICS_ALLOW", "")
+for _net in METRICS_ALLOW:
+    try:
+        ip_network(_net, strict=False)
+    except ValueError:
+        raise ConfigError(
+            "METRICS_ALLOW", f"{_net!r} is not an address or network (10.0.0.0/8, ::1)"
+        ) from None
 
 # Personal API tokens: how often (seconds) the last-used time is written at most.
 API_TOKEN_TOUCH_INTERVAL = envint("API_TOKEN_TOUCH_INTERVAL", 60, minimum=0)

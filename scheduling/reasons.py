@@ -245,6 +245,8 @@ WAITING_IN_QUEUE = define("waiting_in_queue", gettext_noop("waiting in queue %(q
 SERVING_WITH = define(
     "serving_with", gettext_noop("serving with %(available)s of %(wanted)s replicas ready")
 )
+SCALED_TO_ZERO = define("scaled_to_zero", gettext_noop("scaled to zero"))
+MODEL_FAILED = define("model_failed", gettext_noop("the model server failed: %(why)s"))
 NOT_READY_IN_TIME = define(
     "not_ready_in_time", gettext_noop("did not become ready in time: %(why)s")
 )

@@ -39,6 +39,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core.metrics import ADMISSION_SECONDS
 from scheduling.backends.base import Resources
 from scheduling.backends.registry import get_backend
 from scheduling.choices import BackendKind
@@ -201,11 +202,13 @@ class _Session:
 
 def schedule(cluster: Cluster, evict: Callable[[Eviction], object] | None = None) -> Decisions:
     """One session over ``cluster``'s waiting line: computed from a snapshot read without
-    locks, then committed in short transactions (``evict`` stops what it evicts first)."""
-    plan = _compute(cluster)
-    if plan is None:
-        return Decisions()
-    return _commit(cluster, plan, evict)
+    locks, then committed in short transactions (``evict`` stops what it evicts first).
+    Timed in ``quanta_admission_session_duration_seconds`` (an empty line too: it is a query)."""
+    with ADMISSION_SECONDS.labels(cluster=cluster.slug).time():
+        plan = _compute(cluster)
+        if plan is None:
+            return Decisions()
+        return _commit(cluster, plan, evict)
 
 
 # --- the compute phase: reads, no locks, no writes ----------------------------------------------

@@ -7,9 +7,12 @@ class WorkloadsConfig(AppConfig):
     name = "workloads"
 
     def ready(self) -> None:
-        from workloads import dispatch, lifecycle, live
+        from scheduling import serving
+        from workloads import autoscale, dispatch, lifecycle, live
 
         live.register()  # topics and events of /ws/live/
         # After each commit: live status to the pages, backend work to the tasks.
         lifecycle.on_transitions(live.broadcast_transitions)
         lifecycle.on_transitions(dispatch.dispatch)
+        # The serving workloads alive on each cluster, for the Kubernetes schedule task.
+        serving.register_serving_specs(autoscale.serving_targets)

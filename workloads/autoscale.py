@@ -16,6 +16,7 @@ import datetime as dt
 import math
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +24,10 @@ from django.utils import timezone
 
 from scheduling.backends.base import ScalingBackend
 from scheduling.backends.registry import get_backend
-from scheduling.serving import min_replicas_at
-from workloads.choices import State
+from scheduling.serving import ServingTarget, min_replicas_at
+from workloads.choices import HOLDING, State
 from workloads.models import ServingEndpoint
-from workloads.specs import handle_for, windows
+from workloads.specs import handle_for, serving_spec_for, windows
 
 WINDOW_S = 60.0  # the sliding window of the page's rate, latency and errors
 PEAK_S = 2.0  # the in-flight peak the autoscaler looks at
@@ -196,6 +197,22 @@ def scale(endpoint: ServingEndpoint, replicas: int) -> bool:
         return False
     backend.scale(handle_for(workload), replicas)
     return True
+
+
+def serving_targets() -> Iterator[ServingTarget]:
+    """Every serving workload that holds replicas, as ``scheduling.serving`` asks for them
+    (registered in ``WorkloadsConfig.ready``: the Kubernetes schedule task reads them)."""
+    endpoints = ServingEndpoint.objects.filter(workload__state__in=HOLDING).select_related(
+        "workload", "version__model"
+    )
+    for endpoint in endpoints:
+        workload = endpoint.workload
+        assert workload is not None
+        serving = serving_spec_for(workload)
+        if serving is not None:
+            yield ServingTarget(
+                cluster_id=workload.cluster_id, handle=handle_for(workload), serving=serving
+            )
 
 
 def apply_schedules(now: dt.datetime | None = None) -> int:

@@ -239,9 +239,8 @@ class ReplicaStatus:
     desired: int
     ready: tuple[Endpoint, ...] = ()
     starting: int = 0
-    gpu_utilisation: int | None = (
-        None  # percent, mean over the ready replicas' GPUs; None: not known
-    )
+    # Percent, the mean over the ready replicas' GPUs; None where it is not known.
+    gpu_utilisation: int | None = None
 
 
 @runtime_checkable

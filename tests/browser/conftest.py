@@ -61,6 +61,7 @@ QUANTA_SETTINGS = {
     "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "DATA_DIR", "DATABASE_URL",
     "REDIS_URL", "CLUSTER_BACKEND", "TIME_ZONE", "LANGUAGE_CODE", "LOG_LEVEL", "SECURE_COOKIES",
     "API_TOKEN_TOUCH_INTERVAL", "DEMO_PASSWORD", "PORT", "DJANGO_SETTINGS_MODULE",
+    "EMAIL_BACKEND", "METRICS_TOKEN", "METRICS_ALLOW", "PROMETHEUS_MULTIPROC_DIR",
 }  # fmt: skip
 
 # Run by `manage.py shell` once the demo is seeded: two configured A100s on "This host", the
@@ -196,7 +197,11 @@ def _server_env(data_dir: Path, password: str) -> dict[str, str]:
     }
     env.update(
         DJANGO_SETTINGS_MODULE="portal.settings",
-        DEBUG="true",
+        # As `make run` has it: DEBUG off (static files collected by `serve` and served by
+        # whitenoise, the portal's own error pages), plain HTTP, mail to the log.
+        DEBUG="false",
+        SECURE_COOKIES="false",
+        EMAIL_BACKEND="django.core.mail.backends.console.EmailBackend",
         DATA_DIR=str(data_dir),
         DATABASE_URL=f"sqlite:///{data_dir / 'quanta.sqlite3'}",
         CLUSTER_BACKEND="local",

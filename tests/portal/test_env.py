@@ -52,7 +52,9 @@ def test_a_secret_can_come_from_a_file(tmp_path) -> None:
         envstr("SECRET_KEY", "", {"SECRET_KEY_FILE": str(tmp_path / "missing")})
 
 
-def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_check(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check`` (or ``args``) as on a fresh checkout: none of Quanta's settings but
+    ``env``, and a DATA_DIR of its own."""
     clean = {
         k: v
         for k, v in os.environ.items()
@@ -60,7 +62,7 @@ def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     }
     clean.update({"DATA_DIR": str(tmp_path)}, **env)
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", *(args or ("check",))],
         cwd=ROOT,
         env=clean,
         capture_output=True,
@@ -73,9 +75,10 @@ def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     ("env", "words"),
     [
         ({"DEBUG": "banana"}, "DEBUG: expected true/false"),
-        ({"DEBUG": "false"}, "SECRET_KEY: is required when DEBUG is off"),
+        ({"DATA_DIR": "/proc/quanta"}, "SECRET_KEY: is not set, and /proc/quanta/secret_key"),
         ({"DEBUG": "true", "DATABASE_URL": "mysql://x/y"}, "DATABASE_URL: scheme must be"),
         ({"DEBUG": "true", "OIDC_RP_CLIENT_ID": "quanta"}, "OIDC_OP_AUTHORIZATION_ENDPOINT"),
+        ({"DEBUG": "true", "METRICS_ALLOW": "10.0.0.0/8,campus"}, "METRICS_ALLOW: 'campus'"),
     ],
 )
 def test_the_portal_refuses_to_start_with_a_bad_setting(tmp_path, env, words) -> None:
@@ -89,3 +92,20 @@ def test_the_embedded_default_starts_with_nothing_set(tmp_path) -> None:
     result = run_check(tmp_path, DEBUG="true")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "secret_key").exists()
+
+
+def test_a_fresh_checkout_passes_the_deployment_checks_with_nothing_set(tmp_path) -> None:
+    """DEBUG off, no SECRET_KEY: a key is generated once into DATA_DIR and kept."""
+    result = run_check(tmp_path, "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout, result.stdout
+    key = (tmp_path / "secret_key").read_text()
+    assert len(key.strip()) >= 50 and (tmp_path / "secret_key").stat().st_mode & 0o077 == 0
+    assert run_check(tmp_path).returncode == 0
+    assert (tmp_path / "secret_key").read_text() == key  # the same key the second time
+
+
+def test_every_command_runs_on_a_fresh_checkout(tmp_path) -> None:
+    result = run_check(tmp_path, "replay", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: manage.py replay" in result.stdout and "Traceback" not in result.stderr

@@ -33,6 +33,7 @@ from rest_framework.test import APIClient
 
 from core.models import AuditEvent
 from portal.asgi import application
+from scheduling import serving as scheduling_serving
 from scheduling.backends import gpus, registry
 from scheduling.inventory import sync_backend_nodes
 from scheduling.models import Cluster
@@ -549,3 +550,21 @@ def test_gpu_utilisation_is_read_from_nvml_and_unknown_without_it(
 
     monkeypatch.setattr(fake, "nvmlInit", broken)
     assert gpus.utilisation([0]) is None
+
+
+@pytest.mark.django_db
+def test_the_kubernetes_schedule_task_learns_the_running_endpoints_from_workloads(
+    world: Any, lab_settings: Any
+) -> None:
+    lab = Lab(world)
+    version = upload_custom(world, SLOW_MODEL, "listed")
+    endpoint = serving.deploy(
+        actor=world.bob, version=version, flavor=lab.flavor, name="listed",
+        schedule=[{"days": [0], "start": "08:00", "end": "22:00", "min_replicas": 1}],
+    )  # fmt: skip
+    assert endpoint.workload is not None
+    assert scheduling_serving.serving_targets() == []  # Pending: it holds nothing yet
+    Workload.objects.filter(pk=endpoint.workload.pk).update(state=State.RUNNING)
+    (target,) = scheduling_serving.serving_targets() or []
+    assert target.handle.workload_id == str(endpoint.workload.pk)
+    assert target.serving.model_name == "listed" and len(target.serving.schedule) == 1

@@ -1,4 +1,5 @@
-"""The ``kubernetes`` backend: workloads as Volcano Jobs (and Deployments) on a cluster.
+"""The ``kubernetes`` backend: workloads as Volcano Jobs (and model servers: Deployments or
+KServe InferenceServices) on a cluster.
 
 What it keeps in ``Handle.state`` is just enough to find the objects again (namespace, names,
 attempt) plus a notebook's token; every name derives from the workload id, so even an empty
@@ -79,6 +80,7 @@ class KubernetesBackend:
             self.apps = manifests.NOTEBOOK_APPS - self.unavailable.keys()
         self._priorities: tuple[float, dict[int, str]] = (0.0, {})
         self._ready: dict[str, float] = {}  # workload id -> when its server was last seen ready
+        self._urls: dict[str, str] = {}  # model servers: workload id -> the address last seen
         self._lock = threading.Lock()
 
     @property
@@ -138,6 +140,53 @@ class KubernetesBackend:
             state.update(service=state["name"])
         return Handle(spec.workload_id, state)
 
+    def scale(self, handle: Handle, min_replicas: int, max_replicas: int) -> bool:
+        """Set a model server's replica range (a schedule's window opening or closing):
+        the InferenceService's ``minReplicas`` / ``maxReplicas``, or the autoscaler's range
+        (Deployments: a minimum of 0 scales the Deployment to 0, which also idles its HPA, as
+        an HPA cannot go below 1). Writes only what differs; returns whether it wrote. A
+        workload that is gone has nothing to scale (False)."""
+        state = handle.state
+        namespace, name = state.get("namespace"), state.get("name")
+        if state.get("kind") != "serving" or not namespace or not name:
+            raise BackendError("not a model server on this cluster: nothing to scale")
+        low = max(min_replicas, 0)
+        high = max(max_replicas, low, 1)
+        try:
+            if state.get("object") == "InferenceService":
+                isvc = self.kube.get(k.INFERENCE_SERVICE, name, namespace)
+                predictor = (isvc.get("spec") or {}).get("predictor") or {}
+                wanted = {"minReplicas": low, "maxReplicas": high}
+                change = {key: v for key, v in wanted.items() if predictor.get(key) != v}
+                if change:
+                    self.kube.patch(
+                        k.INFERENCE_SERVICE, name, {"spec": {"predictor": change}}, namespace
+                    )
+                return bool(change)
+            deployment = self.kube.get(k.DEPLOYMENT, name, namespace)
+            replicas = (deployment.get("spec") or {}).get("replicas")
+            replicas = 1 if replicas is None else int(replicas)
+            written = False
+            if low == 0:
+                if replicas != 0:
+                    self.kube.patch(k.DEPLOYMENT, name, {"spec": {"replicas": 0}}, namespace)
+                    written = True
+                return written
+            hpa = self.kube.get(k.HPA, name, namespace)
+            wanted = {"minReplicas": low, "maxReplicas": high}
+            have = hpa.get("spec") or {}
+            change = {key: v for key, v in wanted.items() if have.get(key) != v}
+            if change:
+                self.kube.patch(k.HPA, name, {"spec": change}, namespace)
+                written = True
+            if replicas < low:  # from 0 (the HPA idles there) or below the new minimum
+                self.kube.patch(k.DEPLOYMENT, name, {"spec": {"replicas": low}}, namespace)
+                written = True
+            return written
+        except k.NotFound:
+            log.info("nothing to scale: %s/%s is not on the cluster", namespace, name)
+            return False
+
     def stop(self, handle: Handle) -> None:
         """Terminate every attempt's Job (or delete the Deployment); idempotent."""
         selector = f"{names.WORKLOAD_ID}={names.label_value(handle.workload_id)}"
@@ -146,11 +195,12 @@ class KubernetesBackend:
             if status.is_finished(job):
                 continue
             self._stop_job(job)
-        deployments, _ = self.kube.list(k.DEPLOYMENT, label_selector=selector)
-        for deployment in deployments:
-            meta = deployment["metadata"]
-            if not meta.get("deletionTimestamp"):
-                self.kube.delete(k.DEPLOYMENT, meta["name"], meta["namespace"])
+        for kind in self._server_kinds():
+            servers, _ = self.kube.list(kind, label_selector=selector)
+            for server in servers:
+                meta = server["metadata"]
+                if not meta.get("deletionTimestamp"):
+                    self.kube.delete(kind, meta["name"], meta["namespace"])
 
     def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
         """Each workload's phase, from a few list calls per 50 workloads (not per workload)."""
@@ -161,8 +211,13 @@ class KubernetesBackend:
         return observations
 
     def endpoint(self, handle: Handle) -> Endpoint | None:
-        """The notebook's Service once its server passes its readiness probe."""
+        """The notebook's Service once its server passes its readiness probe; a model
+        server's address (the InferenceService's ``status.url`` once Ready, or the Service's
+        cluster DNS once a replica is ready), where the portal's gateway forwards
+        ``/v2/...``."""
         state = handle.state
+        if state.get("kind") == "serving" and state.get("namespace"):
+            return self._serving_endpoint(handle)
         if state.get("kind") != "notebook" or not state.get("namespace"):
             return None
         # The proxy asks on every request: a readiness seen in the last seconds is enough.
@@ -213,9 +268,9 @@ class KubernetesBackend:
         return tuple(node.node_info() for node in self.inventory())
 
     def running(self) -> set[str]:
-        """Ids of workloads with a Job or Deployment that still runs (or waits to)."""
+        """Ids of workloads with a Job or model server that still runs (or waits to)."""
         alive: set[str] = set()
-        for kind in (k.VOLCANO_JOB, k.DEPLOYMENT):
+        for kind in (k.VOLCANO_JOB, *self._server_kinds()):
             objects, _ = self.kube.list(kind, label_selector=names.MANAGED_SELECTOR)
             for obj in objects:
                 workload_id = status.workload_id_of(obj)
@@ -267,6 +322,53 @@ class KubernetesBackend:
         objects, _ = self.kube.list(kind, label_selector=names.MANAGED_SELECTOR)
         return objects
 
+    # -- model servers ---------------------------------------------------------------------------
+
+    def _server_kinds(self) -> tuple[k.Kind, ...]:
+        """The primary objects of model servers here (no InferenceServices to list where the
+        cluster has no KServe: the API would answer 404)."""
+        if self.config.serving == "kserve":
+            return (k.DEPLOYMENT, k.INFERENCE_SERVICE)
+        return (k.DEPLOYMENT,)
+
+    def _serving_endpoint(self, handle: Handle) -> Endpoint | None:
+        state = handle.state
+        namespace, name = state["namespace"], state.get("name", "")
+        # The gateway asks on every request: an address seen in the last seconds is enough.
+        seen = self._ready.get(handle.workload_id)
+        url = self._urls.get(handle.workload_id, "")
+        if seen is not None and url and time.monotonic() - seen <= READY_CACHE_SECONDS:
+            return Endpoint(url=url)
+        if state.get("object") == "InferenceService":
+            try:
+                isvc = self.kube.get(k.INFERENCE_SERVICE, name, namespace)
+            except k.NotFound:
+                isvc = {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (isvc.get("status") or {}).get("conditions") or []
+            )
+            url = status.endpoint_url(isvc) if ready else ""
+        else:
+            selector = (
+                f"{names.WORKLOAD_ID}={names.label_value(handle.workload_id)},"
+                f"{names.ATTEMPT}={state.get('attempt', 0)}"
+            )
+            pods, _ = self.kube.list(k.POD, namespace=namespace, label_selector=selector)
+            url = ""
+            if any(status.is_ready(pod) for pod in pods):
+                url = self.config.service_url.format(
+                    service=state.get("service", name), namespace=namespace, port=80
+                )
+        if not url:
+            self._ready.pop(handle.workload_id, None)
+            self._urls.pop(handle.workload_id, None)
+            return None
+        url = url.rstrip("/")
+        self._ready[handle.workload_id] = time.monotonic()
+        self._urls[handle.workload_id] = url
+        return Endpoint(url=url)
+
     # -- submitting ------------------------------------------------------------------------------
 
     def _create_or_adopt(self, obj: dict[str, Any], spec: WorkloadSpec) -> dict[str, Any]:
@@ -283,6 +385,11 @@ class KubernetesBackend:
                     return self.kube.create(obj)
                 except k.Conflict:
                     pass
+            elif kind is k.INFERENCE_SERVICE:
+                raise BackendError(
+                    "this cluster has no KServe (no InferenceService API): install KServe, or "
+                    'set "serving": "deployment" in the cluster\'s settings'
+                ) from exc
             else:
                 raise
         existing = self.kube.get(kind, meta["name"], meta.get("namespace", ""))
@@ -307,7 +414,7 @@ class KubernetesBackend:
 
     def _retire_earlier_attempts(self, spec: WorkloadSpec, namespace: str) -> None:
         selector = f"{names.WORKLOAD_ID}={names.label_value(spec.workload_id)}"
-        for kind in (k.VOLCANO_JOB, k.DEPLOYMENT):
+        for kind in (k.VOLCANO_JOB, *self._server_kinds()):
             objects, _ = self.kube.list(kind, namespace=namespace, label_selector=selector)
             for obj in objects:
                 if status.attempt_of(obj) >= spec.attempt:
@@ -379,12 +486,20 @@ class KubernetesBackend:
         selector = f"{names.WORKLOAD_ID} in ({values})"
         jobs, _ = self.kube.list(k.VOLCANO_JOB, label_selector=selector)
         deployments, _ = self.kube.list(k.DEPLOYMENT, label_selector=selector)
+        isvcs: list[dict[str, Any]] = []
+        if self.config.serving == "kserve":
+            isvcs, _ = self.kube.list(k.INFERENCE_SERVICE, label_selector=selector)
         pods, _ = self.kube.list(k.POD, label_selector=selector)
         groups: list[dict[str, Any]] = []
         if jobs:
             groups, _ = self.kube.list(k.PODGROUP, label_selector=selector)
         by_id: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-        for kind, objects in (("job", jobs), ("deployment", deployments), ("pod", pods)):
+        for kind, objects in (
+            ("job", jobs),
+            ("deployment", deployments),
+            ("isvc", isvcs),
+            ("pod", pods),
+        ):
             for obj in objects:
                 by_id[status.workload_id_of(obj) or ""][kind].append(obj)
         for group in groups:
@@ -404,6 +519,13 @@ class KubernetesBackend:
                     job, podgroup=own[0] if own else None, pods=mine, events=events, now=now,
                     pull_grace_seconds=grace,
                 )  # fmt: skip
+            elif found.get("isvc"):
+                isvc = max(found["isvc"], key=status.attempt_of)
+                attempt = status.attempt_of(isvc)
+                mine = [p for p in found.get("pod", []) if status.attempt_of(p) == attempt]
+                observation = status.inference_service_observation(
+                    isvc, pods=mine, now=now, pull_grace_seconds=grace
+                )
             elif found.get("deployment"):
                 deployment = max(found["deployment"], key=status.attempt_of)
                 observation = status.deployment_observation(

@@ -60,6 +60,9 @@ VOLCANO_JOB = Kind("batch.volcano.sh/v1alpha1", "Job", "jobs", True, "custom")
 PODGROUP = Kind("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True, "custom")
 QUEUE = Kind("scheduling.volcano.sh/v1beta1", "Queue", "queues", False, "custom")
 COMMAND = Kind("bus.volcano.sh/v1alpha1", "Command", "commands", True, "custom")
+INFERENCE_SERVICE = Kind(
+    "serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", True, "custom"
+)
 POD = Kind("v1", "Pod", "pods", True, "core", "pod")
 SERVICE = Kind("v1", "Service", "services", True, "core", "service")
 SECRET = Kind("v1", "Secret", "secrets", True, "core", "secret")
@@ -89,7 +92,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k
     for k in (
         VOLCANO_JOB, PODGROUP, QUEUE, COMMAND, POD, SERVICE, SECRET, EVENT, NODE, NAMESPACE,
-        RESOURCE_QUOTA, PVC, DEPLOYMENT, HPA, NETWORK_POLICY, PRIORITY_CLASS,
+        RESOURCE_QUOTA, PVC, DEPLOYMENT, HPA, NETWORK_POLICY, PRIORITY_CLASS, INFERENCE_SERVICE,
     )
 }  # fmt: skip
 

@@ -80,6 +80,13 @@ class KubernetesConfig:
     pycharm_in_image: bool = True
     serving_port: int = 8080
     serving_max_replicas: int = 4
+    # Model servers: a KServe InferenceService ("kserve", where the cluster runs KServe) or a
+    # Deployment + Service + HorizontalPodAutoscaler ("deployment", any cluster).
+    serving: str = "deployment"
+    # The Volcano queue of model servers ("": the tenant's queue, as for every workload). A
+    # queue of their own (not reclaimable) lets night-time training borrow what serving gives
+    # back and lets serving take it back in the morning (docs/kubernetes.md, 昼推夜训).
+    serving_queue: str = ""
     service_url: str = "http://{service}.{namespace}.svc:{port}"
     portal_namespace: str = ""  # with portal_pod_labels: notebooks accept traffic only from it
     portal_pod_labels: Mapping[str, str] = field(default_factory=dict)
@@ -109,6 +116,8 @@ class KubernetesConfig:
         config = cls(**values)
         if config.stop_with not in ("command", "delete"):
             raise ValueError('stop_with must be "command" or "delete"')
+        if config.serving not in ("kserve", "deployment"):
+            raise ValueError('serving must be "kserve" or "deployment"')
         if config.retries_by not in ("portal", "volcano"):
             raise ValueError('retries_by must be "portal" or "volcano"')
         if sum(bool(x) for x in (config.kubeconfig, config.in_cluster, config.host)) > 1:

@@ -14,8 +14,9 @@ How workloads map to objects:
 - a notebook or IDE is a one-task Volcano Job (so it queues, and counts against its queue,
   like any job), a ClusterIP Service the portal's proxy reaches, a Secret with its token and,
   where the portal's pods are known, a NetworkPolicy that admits only them;
-- a model server is a Deployment (pods scheduled by Volcano in the tenant's queue), a Service
-  and a HorizontalPodAutoscaler;
+- a model server is a KServe InferenceService where the cluster runs KServe (``serving:
+  kserve``), else a Deployment (pods scheduled by Volcano in the serving queue), a Service and
+  a HorizontalPodAutoscaler;
 - every tenant has a namespace with a ResourceQuota mirroring its quota; every portal queue a
   Volcano Queue.
 """
@@ -44,6 +45,13 @@ VGPU_NUMBER = "volcano.sh/vgpu-number"
 VGPU_MEMORY = "volcano.sh/vgpu-memory"  # MiB of device memory
 VGPU_CORES = "volcano.sh/vgpu-cores"  # percent of one device's compute
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+KSERVE_API = "serving.kserve.io/v1beta1"
+KSERVE_CONTAINER = "kserve-container"
+SCALE_TO_ZERO_RETENTION = "autoscaling.knative.dev/scale-to-zero-pod-retention-period"
+SKLEARN_RUNTIME = "kserve-sklearnserver"  # KServe's ClusterServingRuntime for sklearn
+MODEL_MOUNT = "/mnt/models"  # where KServe's storage initializer (and our claim mount) put it
+# The portal's model frameworks -> KServe's model formats ("": the template's own container).
+MODEL_FORMATS = {"sklearn": "sklearn", "pytorch": "pytorch", "onnx": "onnx", "custom": ""}
 
 PYTORCH_PORT = 23456
 TENSORFLOW_PORT = 2222
@@ -118,7 +126,8 @@ def workload_objects(
     priority_class: str = "",
     token: str = "",
 ) -> list[Manifest]:
-    """Everything one workload needs, the primary object (Job or Deployment) first."""
+    """Everything one workload needs, the primary object (Job, Deployment or
+    InferenceService) first."""
     if spec.kind == "job":
         return [training_job(spec, config, priority_class=priority_class)]
     if spec.kind == "notebook":
@@ -130,6 +139,9 @@ def workload_objects(
         policy = notebook_network_policy(spec, config)
         return objects + ([policy] if policy else [])
     if spec.kind == "serving":
+        # A server without a ServingSpec is its own command: a Deployment, KServe or not.
+        if config.serving == "kserve" and spec.serving is not None:
+            return [inference_service(spec, config, priority_class=priority_class)]
         return [
             serving_deployment(spec, config, priority_class=priority_class),
             serving_service(spec, config),
@@ -300,24 +312,205 @@ def notebook_network_policy(spec: WorkloadSpec, config: KubernetesConfig) -> Man
     }
 
 
-def serving_deployment(
-    spec: WorkloadSpec, config: KubernetesConfig, *, priority_class: str = ""
-) -> Manifest:
-    """Replicas of a model server; Volcano schedules the pods in the tenant's queue."""
-    if not spec.command:
-        raise ManifestError("a model server needs a command")
-    name = names.workload_name(spec.workload_id, spec.attempt)
-    labels = workload_labels(spec, "serving")
-    container = _container(spec, config, command=list(spec.command), resources=spec.resources)
-    port = config.serving_port
-    container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-    container["env"].append({"name": "PORT", "value": str(port)})
-    container["readinessProbe"] = {
-        "tcpSocket": {"port": "http"},
+# --- model serving ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaRange:
+    """The replicas a model server may have: ``low`` may be 0 (scaled to zero)."""
+
+    low: int
+    high: int
+
+
+def replica_range(spec: WorkloadSpec, config: KubernetesConfig) -> ReplicaRange:
+    """From the ServingSpec; a serving workload without one (its command is the server) keeps
+    ``workers`` … ``serving_max_replicas``."""
+    if spec.serving is None:
+        low = max(spec.workers, 1)
+        return ReplicaRange(low, max(low, config.serving_max_replicas))
+    low = max(spec.serving.min_replicas, 0)
+    return ReplicaRange(low, max(spec.serving.max_replicas, low, 1))
+
+
+def model_claim(storage_uri: str) -> tuple[str, str]:
+    """``pvc://claim/path/in/it`` as (claim, path); ManifestError for anything else."""
+    scheme, _, rest = storage_uri.partition("://")
+    claim, _, path = rest.partition("/")
+    if scheme != "pvc" or not claim:
+        raise ManifestError(
+            f"the model's files must be on a claim of the cluster (pvc://claim/path), "
+            f"not {storage_uri or 'nowhere'!r}"
+        )
+    return claim, path.strip("/")
+
+
+def _model_format(framework: str) -> str:
+    """KServe's model format of a portal framework ("" for a custom container)."""
+    if framework not in MODEL_FORMATS:
+        known = ", ".join(sorted(MODEL_FORMATS))
+        raise ManifestError(f"unknown model framework {framework!r} (known: {known})")
+    return MODEL_FORMATS[framework]
+
+
+def _serving_queue(spec: WorkloadSpec, config: KubernetesConfig) -> str:
+    return names.queue_name(config.serving_queue or spec.queue or config.default_queue)
+
+
+def _serving_env(spec: WorkloadSpec, config: KubernetesConfig) -> list[Manifest]:
+    serving = spec.serving
+    assert serving is not None
+    env = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
+    env += [
+        {"name": "QUANTA_WORKLOAD_ID", "value": spec.workload_id},
+        {"name": "QUANTA_ATTEMPT", "value": str(spec.attempt)},
+        {"name": "MODEL_NAME", "value": serving.model_name},
+        {"name": "MODEL_DIR", "value": MODEL_MOUNT},
+        {"name": "PROTOCOL", "value": "v2"},
+        {"name": "PORT", "value": str(config.serving_port)},
+    ]
+    if spec.resources.gpu_milli:
+        env += [
+            {"name": "QUANTA_GPU_MILLI", "value": str(spec.resources.gpu_milli)},
+            {"name": "QUANTA_GPU_MEMORY_MIB", "value": str(spec.resources.gpu_memory_mib)},
+        ]
+    return env
+
+
+def _server_args(model_name: str, port: int) -> list[str]:
+    """The arguments KServe's model servers (sklearnserver, …) take."""
+    return [f"--model_name={model_name}", f"--model_dir={MODEL_MOUNT}", f"--http_port={port}"]
+
+
+def _v2_ready_probe() -> Manifest:
+    return {
+        "httpGet": {"path": "/v2/health/ready", "port": "http"},
         "periodSeconds": 5,
         "failureThreshold": 3,
     }
-    pod = _pod_spec(spec, config, container, restart_policy="Always")
+
+
+def inference_service(
+    spec: WorkloadSpec, config: KubernetesConfig, *, priority_class: str = ""
+) -> Manifest:
+    """A KServe InferenceService (serving.kserve.io/v1beta1): the predictor serves the model
+    version's files (``storageUri``) over the Open Inference Protocol v2 in the runtime of its
+    format, or the template's image for ``custom``; Knative scales it between min and max
+    replicas on concurrent requests (to zero when the minimum is 0). Its pods carry the
+    workload's labels, the queue annotation and ``schedulerName`` for Volcano, and the flavor's
+    resources as any workload's pods do."""
+    serving = spec.serving
+    if serving is None:
+        raise ManifestError("an InferenceService needs the model to serve (ServingSpec)")
+    if not serving.model_name:
+        raise ManifestError("a model server needs the model's name")
+    model_format = _model_format(serving.framework)
+    if model_format and not serving.storage_uri:
+        raise ManifestError(
+            "the model version has no files on this cluster (storage_uri, e.g. pvc://claim/path)"
+        )
+    name = names.workload_name(spec.workload_id, spec.attempt)
+    labels = workload_labels(spec, "serving")
+    replicas = replica_range(spec, config)
+    resources = container_resources(spec.resources)
+    env = _serving_env(spec, config)
+    predictor: Manifest = {
+        "minReplicas": replicas.low,
+        "maxReplicas": replicas.high,
+        "scaleMetric": "concurrency",
+        "scaleTarget": max(serving.target_concurrency, 1),
+        "schedulerName": config.scheduler_name,
+        "labels": dict(labels),
+        "annotations": {QUEUE_ANNOTATION: _serving_queue(spec, config)},
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if model_format:
+        predictor["model"] = {
+            "modelFormat": {"name": model_format},
+            "protocolVersion": "v2",
+            "storageUri": serving.storage_uri,
+            "env": env,
+            "resources": resources,
+        }
+        if model_format == "sklearn":
+            # KServe's sklearn runtime serves under the InferenceService's name; these are its
+            # own arguments with the model's v2 name, so a client works as it does locally.
+            # Named, so that KServe does not pick another runtime (MLServer) these would not
+            # fit. (TorchServe and Triton take the name from the version's files.)
+            predictor["model"]["runtime"] = SKLEARN_RUNTIME
+            predictor["model"]["args"] = _server_args(serving.model_name, config.serving_port)
+    else:
+        if not spec.image:
+            raise ManifestError("a custom model server needs a container image")
+        if serving.storage_uri:
+            # KServe's storage initializer fetches STORAGE_URI into /mnt/models for custom
+            # containers too.
+            env.append({"name": "STORAGE_URI", "value": serving.storage_uri})
+        container: Manifest = {
+            "name": KSERVE_CONTAINER,
+            "image": spec.image,
+            "imagePullPolicy": "IfNotPresent",
+            "env": env,
+            "ports": [{"containerPort": config.serving_port, "protocol": "TCP"}],
+            "resources": resources,
+            "readinessProbe": {
+                **_v2_ready_probe(),
+                "httpGet": {"path": "/v2/health/ready", "port": config.serving_port},
+            },
+        }
+        if spec.command:
+            container["command"] = list(spec.command)
+        predictor["containers"] = [container]
+    if spec.resources.gpus or spec.resources.gpu_milli:
+        predictor["tolerations"] = [dict(t) for t in config.gpu_tolerations]
+        affinity = _gpu_affinity(spec.resources, config)
+        if affinity:
+            predictor["affinity"] = affinity
+    if priority_class:
+        predictor["priorityClassName"] = priority_class
+    if config.image_pull_secrets:
+        predictor["imagePullSecrets"] = [{"name": s} for s in config.image_pull_secrets]
+    metadata = _metadata(spec, config, name, labels)
+    if replicas.low == 0:
+        # Knative keeps the last pod this long after the traffic stops before going to zero.
+        metadata["annotations"][SCALE_TO_ZERO_RETENTION] = f"{serving.scale_to_zero_after_s}s"
+    return {
+        "apiVersion": KSERVE_API,
+        "kind": "InferenceService",
+        "metadata": metadata,
+        "spec": {"predictor": predictor},
+    }
+
+
+def serving_deployment(
+    spec: WorkloadSpec, config: KubernetesConfig, *, priority_class: str = ""
+) -> Manifest:
+    """Replicas of a model server; Volcano schedules the pods in the serving queue.
+
+    With a ServingSpec the container is a v2 model server (the template's image; its command,
+    or the image's entrypoint given ``--model_name``, ``--model_dir`` and ``--http_port`` as
+    KServe's servers take them) reading the version's files from their claim, mounted
+    read-only at /mnt/models, and ready once ``/v2/health/ready`` answers. Without one the
+    workload's command is the server."""
+    name = names.workload_name(spec.workload_id, spec.attempt)
+    labels = workload_labels(spec, "serving")
+    port = config.serving_port
+    replicas = replica_range(spec, config)
+    if spec.serving is None:
+        if not spec.command:
+            raise ManifestError("a model server needs a command")
+        container = _container(spec, config, command=list(spec.command), resources=spec.resources)
+        container["env"].append({"name": "PORT", "value": str(port)})
+        container["readinessProbe"] = {
+            "tcpSocket": {"port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        }
+        container["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+        pod = _pod_spec(spec, config, container, restart_policy="Always")
+    else:
+        pod = _model_server_pod(spec, config)
     pod["schedulerName"] = config.scheduler_name
     if priority_class:
         pod["priorityClassName"] = priority_class
@@ -326,17 +519,72 @@ def serving_deployment(
         "kind": "Deployment",
         "metadata": _metadata(spec, config, name, labels),
         "spec": {
-            "replicas": max(spec.workers, 1),
+            # The HPA cannot go below 1: a minimum of 0 starts one replica, and only a
+            # schedule's window closing scales the Deployment to 0 (KubernetesBackend.scale).
+            "replicas": max(replicas.low, 1),
             "selector": {"matchLabels": _pod_selector(spec)},
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {QUEUE_ANNOTATION: _queue(spec, config)},
+                    "annotations": {QUEUE_ANNOTATION: _serving_queue(spec, config)},
                 },
                 "spec": pod,
             },
         },
     }
+
+
+def _model_server_pod(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
+    serving = spec.serving
+    assert serving is not None
+    if not serving.model_name:
+        raise ManifestError("a model server needs the model's name")
+    model_format = _model_format(serving.framework)
+    if not spec.image:
+        raise ManifestError("no container image: the template's image has no registry reference")
+    port = config.serving_port
+    container: Manifest = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": _serving_env(spec, config),
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "resources": container_resources(spec.resources),
+        "readinessProbe": _v2_ready_probe(),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    elif model_format:
+        container["args"] = _server_args(serving.model_name, port)
+    volumes: list[Manifest] = []
+    mounts: list[Manifest] = []
+    if serving.storage_uri or model_format:
+        claim, path = model_claim(serving.storage_uri)
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+        mount: Manifest = {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}
+        if path:
+            mount["subPath"] = path
+        mounts.append(mount)
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    container["volumeMounts"] = mounts
+    pod: Manifest = {
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.resources.gpus or spec.resources.gpu_milli:
+        pod["tolerations"] = [dict(t) for t in config.gpu_tolerations]
+        affinity = _gpu_affinity(spec.resources, config)
+        if affinity:
+            pod["affinity"] = affinity
+    if config.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in config.image_pull_secrets]
+    return pod
 
 
 def serving_service(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
@@ -354,18 +602,19 @@ def serving_service(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
 
 
 def serving_autoscaler(spec: WorkloadSpec, config: KubernetesConfig) -> Manifest:
-    """From the requested replicas up to ``serving_max_replicas`` on CPU load (GPU metrics need
-    a custom metrics adapter, which a campus cluster rarely has)."""
+    """Between the minimum (at least 1: an HPA does not scale to zero) and the maximum
+    replicas on CPU load (concurrency or GPU metrics need a custom metrics adapter, which a
+    campus cluster rarely has)."""
     name = names.workload_name(spec.workload_id, spec.attempt)
-    low = max(spec.workers, 1)
+    replicas = replica_range(spec, config)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
         "metadata": _metadata(spec, config, name, workload_labels(spec, "serving")),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": low,
-            "maxReplicas": max(low, config.serving_max_replicas),
+            "minReplicas": max(replicas.low, 1),
+            "maxReplicas": max(replicas.high, 1),
             "metrics": [
                 {
                     "type": "Resource",

@@ -1,8 +1,9 @@
 """From what the cluster says to what the portal shows: Phase plus a reason in plain words.
 
 Pure functions over the objects as the API returns them (dicts): a Volcano Job, its PodGroup,
-its pods and the events about it; or a Deployment and its pods. The same functions serve the
-list-based ``observe`` and the watcher, and are tested phase by phase without a cluster.
+its pods and the events about it; a Deployment and its pods; or a KServe InferenceService and
+its pods. The same functions serve the list-based ``observe`` and the watcher, and are tested
+phase by phase without a cluster.
 
 Volcano Job phases (``status.state.phase``) and what they become:
 
@@ -213,8 +214,11 @@ def deployment_observation(
         if "exceeded quota" in message:
             return observe(Phase.PENDING, R.NAMESPACE_QUOTA(detail=message))
         return observe(Phase.PENDING, R.CANNOT_CREATE_PODS(why=message))
-    wanted = int((deployment.get("spec") or {}).get("replicas") or 1)
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    wanted = 1 if replicas is None else int(replicas)  # the API's default is 1
     available = int(status.get("availableReplicas") or 0)
+    if wanted == 0 and not available:  # a schedule's window closed (KubernetesBackend.scale)
+        return observe(Phase.RUNNING, R.SCALED_TO_ZERO())
     if available:
         return observe(Phase.RUNNING, R.SERVING_WITH(available=available, wanted=wanted))
     progressing = conditions.get("Progressing")
@@ -228,6 +232,71 @@ def deployment_observation(
     if unschedulable:
         return observe(Phase.PENDING, R.WAITING_FOR_RESOURCES(why=unschedulable))
     return observe(Phase.STARTING, R.STARTING_REPLICAS(n=wanted))
+
+
+# KServe says a model cannot be loaded (or its spec is wrong) in modelStatus; a revision that
+# cannot start says so in the Ready condition.
+MODEL_FAILURES = frozenset({"BlockedByFailedLoad", "InvalidSpec"})
+FAILED_READY_REASONS = frozenset({"RevisionFailed", "InvalidSpec"})
+
+
+def inference_service_observation(
+    isvc: Obj,
+    *,
+    pods: Sequence[Obj] = (),
+    now: dt.datetime | None = None,
+    pull_grace_seconds: float = 300,
+) -> Observation:
+    """A KServe InferenceService: Running once its Ready condition is True (with how many of
+    its pods are ready: none, scaled to zero, is still serving: the next request starts one);
+    Failed when KServe says the model does not load or the revision cannot start (its own
+    message as the reason); else Pending while the pods wait for room, Starting meanwhile."""
+    now = now or dt.datetime.now(dt.UTC)
+    workload_id = workload_id_of(isvc) or ""
+    attempt = attempt_of(isvc)
+    status = isvc.get("status") or {}
+
+    def observe(p: Phase, reason: Reason) -> Observation:
+        return Observation(workload_id, p, reason, attempt=attempt)
+
+    if isvc.get("metadata", {}).get("deletionTimestamp"):
+        return observe(Phase.STOPPED, R.DELETED_ON_CLUSTER())
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    wanted = int(predictor.get("minReplicas") or 0)
+    available = sum(1 for pod in pods if is_ready(pod))
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    model = status.get("modelStatus") or {}
+    failure = model.get("lastFailureInfo") or {}
+    # Ready first: a new revision that fails to load while the previous one serves still
+    # serves (KServe keeps the traffic on it).
+    if ready.get("status") == "True":
+        if not available and not wanted:
+            return observe(Phase.RUNNING, R.SCALED_TO_ZERO())
+        return observe(
+            Phase.RUNNING, R.SERVING_WITH(available=available, wanted=max(wanted, available))
+        )
+    if model.get("transitionStatus") in MODEL_FAILURES or failure.get("reason"):
+        words = failure.get("message") or ready.get("message") or failure.get("reason")
+        return observe(
+            Phase.FAILED, R.MODEL_FAILED(why=_short(str(words or model["transitionStatus"])))
+        )
+    problem = _first(pod_waiting(pod, _name(pod), now, pull_grace_seconds) for pod in pods)
+    if problem is not None:
+        return observe(Phase.FAILED if problem.permanent else Phase.STARTING, problem.reason)
+    unschedulable = _unschedulable(None, pods)
+    if unschedulable:  # Knative may call that a failed revision too: it is waiting
+        return observe(Phase.PENDING, R.WAITING_FOR_RESOURCES(why=unschedulable))
+    if ready.get("status") == "False" and ready.get("reason") in FAILED_READY_REASONS:
+        words = str(ready.get("message") or ready.get("reason"))
+        return observe(Phase.FAILED, R.MODEL_FAILED(why=_short(words)))
+    return observe(Phase.STARTING, R.STARTING_REPLICAS(n=max(wanted, 1)))
+
+
+def endpoint_url(isvc: Obj) -> str:
+    """Where an InferenceService answers: ``status.url``, else its cluster-local address."""
+    status = isvc.get("status") or {}
+    return str(status.get("url") or (status.get("address") or {}).get("url") or "")
 
 
 # --- pods ---------------------------------------------------------------------------------------

@@ -149,8 +149,12 @@ class Watcher:
         self.settings = settings
         self.on_change = on_change
         self.now = now
-        self.objects: dict[k.Kind, dict[Key, Obj]] = {kind: {} for kind in WATCHED}
-        self.index: dict[k.Kind, dict[str, set[Key]]] = {kind: defaultdict(set) for kind in WATCHED}
+        # InferenceServices only where the cluster has KServe (elsewhere the watch would 404).
+        self.kinds = WATCHED + ((k.INFERENCE_SERVICE,) if settings.serving == "kserve" else ())
+        self.objects: dict[k.Kind, dict[Key, Obj]] = {kind: {} for kind in self.kinds}
+        self.index: dict[k.Kind, dict[str, set[Key]]] = {
+            kind: defaultdict(set) for kind in self.kinds
+        }
         self.last_failure: dict[str, status.PodProblem] = {}
         self.emitted: dict[str, Observation] = {}
         self.stats = WatchStats()
@@ -163,7 +167,8 @@ class Watcher:
         deadline = time.monotonic() + seconds
         halt = threading.Event()
         reflectors = [
-            _Reflector(self.kube, kind, self.settings, events, halt, deadline) for kind in WATCHED
+            _Reflector(self.kube, kind, self.settings, events, halt, deadline)
+            for kind in self.kinds
         ]
         for reflector in reflectors:
             reflector.start()
@@ -182,7 +187,7 @@ class Watcher:
                 # Drain what else is queued before deciding: one decision per burst.
                 while not events.empty():
                     pending |= self._take(events.get_nowait(), synced)
-                if len(synced) == len(WATCHED) and pending:
+                if len(synced) == len(self.kinds) and pending:
                     self._emit(pending)
                     pending = set()
         finally:
@@ -267,6 +272,18 @@ class Watcher:
                 now=self.now(),
                 pull_grace_seconds=self.settings.image_pull_grace_seconds,
                 last_failure=failure,
+            )
+        isvcs = (
+            self._of(k.INFERENCE_SERVICE, workload_id) if k.INFERENCE_SERVICE in self.kinds else []
+        )
+        if isvcs:
+            isvc = max(isvcs, key=status.attempt_of)
+            attempt = status.attempt_of(isvc)
+            return status.inference_service_observation(
+                isvc,
+                pods=[p for p in self._of(k.POD, workload_id) if status.attempt_of(p) == attempt],
+                now=self.now(),
+                pull_grace_seconds=self.settings.image_pull_grace_seconds,
             )
         deployments = self._of(k.DEPLOYMENT, workload_id)
         if deployments:

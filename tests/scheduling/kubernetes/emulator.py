@@ -55,6 +55,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "namespaces": ("Namespace", False),
     "queues": ("Queue", False),
     "priorityclasses": ("PriorityClass", False),
+    "inferenceservices": ("InferenceService", True),
 }
 GROUPS = {
     "pods": "", "services": "", "secrets": "", "events": "", "resourcequotas": "",
@@ -63,6 +64,7 @@ GROUPS = {
     "networkpolicies": "networking.k8s.io/v1", "priorityclasses": "scheduling.k8s.io/v1",
     "jobs": "batch.volcano.sh/v1alpha1", "podgroups": "scheduling.volcano.sh/v1beta1",
     "queues": "scheduling.volcano.sh/v1beta1", "commands": "bus.volcano.sh/v1alpha1",
+    "inferenceservices": "serving.kserve.io/v1beta1",
 }  # fmt: skip
 
 

@@ -1,11 +1,14 @@
 """Every manifest the portal builds is valid for the cluster: Volcano objects against the CRD
-schemas of Volcano 1.15 (../shared/reference/volcano/crds), core objects against the Kubernetes
+schemas of Volcano 1.15 (../shared/reference/volcano/crds), KServe InferenceServices against
+KServe's CRD (../shared/reference/kserve), core objects against the Kubernetes
 OpenAPI schemas shipped in kubernetes-validate (offline). Both strictly: an unknown field is an
 error here, as it is for ``kubectl apply --validate=strict``, so a typo cannot hide."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime as dt
 import functools
 from decimal import Decimal
 from pathlib import Path
@@ -15,11 +18,14 @@ import jsonschema
 import pytest
 import yaml
 
+from scheduling.backends.base import ReplicaWindow, ServingSpec
 from scheduling.backends.kubernetes import manifests
 from scheduling.backends.kubernetes.config import KubernetesConfig
 from tests.scheduling.kubernetes.conftest import spec, with_gpus
 
-CRDS = Path(__file__).resolve().parents[3] / ".." / "shared" / "reference" / "volcano" / "crds"
+REFERENCE = Path(__file__).resolve().parents[3] / ".." / "shared" / "reference"
+CRDS = REFERENCE / "volcano" / "crds"
+KSERVE_CRD = REFERENCE / "kserve" / "serving.kserve.io_inferenceservices.yaml"
 KUBERNETES_VERSION = "1.33"
 CONFIG = KubernetesConfig.from_mapping(
     {
@@ -31,6 +37,12 @@ CONFIG = KubernetesConfig.from_mapping(
         "image_pull_secrets": ["campus-registry"],
     }
 )
+KSERVE = dataclasses.replace(CONFIG, serving="kserve", serving_queue="serving")
+SKLEARN = ServingSpec(
+    "iris", "sklearn", storage_uri="pvc://models/iris/3", min_replicas=0, max_replicas=3,
+    schedule=(ReplicaWindow((0, 1, 2, 3, 4), dt.time(8), dt.time(22), 2),),
+)  # fmt: skip
+CUSTOM = ServingSpec("echo", "custom", storage_uri="pvc://models/echo/1", min_replicas=1)
 
 
 def all_manifests() -> list[dict[str, Any]]:
@@ -47,10 +59,20 @@ def all_manifests() -> list[dict[str, Any]]:
         spec("notebook", app="pycharm-desktop"),
         spec("notebook", app="desktop", program=("xterm",)),
         with_gpus(spec("serving", workers=2), gpus=1),
+        with_gpus(spec("serving", serving=SKLEARN), gpu_milli=250, gpu_memory_mib=4096),
+        spec("serving", serving=CUSTOM, command=()),
+    ]
+    servers = [
+        with_gpus(spec("serving", serving=SKLEARN), gpus=1, gpu_models=("V100M16",)),
+        with_gpus(spec("serving", serving=CUSTOM), gpu_milli=500, gpu_memory_mib=8192),
+        spec("serving", serving=dataclasses.replace(SKLEARN, framework="pytorch")),
+        spec("serving", serving=dataclasses.replace(SKLEARN, framework="onnx")),
     ]
     objects: list[dict[str, Any]] = []
     for workload in workloads:
         objects += manifests.workload_objects(workload, CONFIG, token="t0ken")
+    for server in servers:
+        objects += manifests.workload_objects(server, KSERVE, priority_class="quanta-high")
     tenant = manifests.TenantSpec(
         slug="ml-101", gpus=Decimal("4.5"), cpu_cores=Decimal("64.5"), memory_mib=1024,
         gpu_memory_mib=8192, environments=12, jobs=8,
@@ -71,8 +93,9 @@ def all_manifests() -> list[dict[str, Any]]:
 @functools.cache
 def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     schemas = {}
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # KServe's CRD is 2 MB
+    for path in [*sorted(CRDS.glob("*.yaml")), *([KSERVE_CRD] if KSERVE_CRD.is_file() else [])]:
+        crd = yaml.load(path.read_text(), Loader=loader)  # a safe loader, C when built
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             schema = strict(version["schema"]["openAPIV3Schema"])
@@ -100,8 +123,13 @@ def volcano(obj: dict[str, Any]) -> bool:
     return obj["apiVersion"].split("/")[0].endswith("volcano.sh")
 
 
+def kserve(obj: dict[str, Any]) -> bool:
+    return obj["apiVersion"].split("/")[0] == "serving.kserve.io"
+
+
 VOLCANO = [o for o in all_manifests() if volcano(o)]
-CORE = [o for o in all_manifests() if not volcano(o)]
+KSERVE_OBJECTS = [o for o in all_manifests() if kserve(o)]
+CORE = [o for o in all_manifests() if not volcano(o) and not kserve(o)]
 
 
 def label(obj: dict[str, Any]) -> str:
@@ -159,3 +187,40 @@ def test_a_misspelt_field_is_caught() -> None:
     service["spec"]["selectr"] = {}
     with pytest.raises(validator.ValidationError):
         validator.validate(service, KUBERNETES_VERSION, strict=True)
+
+
+def kserve_schema() -> dict[str, Any]:
+    if not KSERVE_CRD.is_file():
+        pytest.skip(f"no KServe CRD at {KSERVE_CRD.resolve()}: the shared reference is absent")
+    return crd_schemas()[(manifests.KSERVE_API, "InferenceService")]
+
+
+def kserve_errors(obj: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(kserve_schema())
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.path))
+    return [f"{list(e.path)}: {e.message}" for e in errors]
+
+
+@pytest.mark.parametrize("obj", KSERVE_OBJECTS, ids=label)
+def test_inference_services_match_the_kserve_crd_schema(obj: dict[str, Any]) -> None:
+    errors = kserve_errors(obj)
+    assert not errors, "\n".join(errors[:10])
+
+
+def test_every_model_format_and_a_custom_container_are_checked() -> None:
+    predictors = [o["spec"]["predictor"] for o in KSERVE_OBJECTS]
+    formats = {p["model"]["modelFormat"]["name"] for p in predictors if "model" in p}
+    assert formats == {"sklearn", "pytorch", "onnx"}
+    assert any("containers" in p for p in predictors)
+
+
+def test_a_wrong_inference_service_field_fails_the_crd_schema() -> None:
+    isvc = copy.deepcopy(KSERVE_OBJECTS[0])
+    isvc["spec"]["predictor"]["minReplica"] = 1  # misspelt
+    assert any("minReplica" in e for e in kserve_errors(isvc))
+    isvc = copy.deepcopy(KSERVE_OBJECTS[0])
+    isvc["spec"]["predictor"]["scaleMetric"] = "gpu"  # not one KServe knows
+    assert any("scaleMetric" in e for e in kserve_errors(isvc))
+    isvc = copy.deepcopy(KSERVE_OBJECTS[0])
+    isvc["spec"]["predictor"]["model"]["storageUri"] = 7
+    assert any("storageUri" in e for e in kserve_errors(isvc))
