@@ -58,6 +58,7 @@ class Cluster:
             np.arange(self.max_devices)[None, :] < self.gpu_count[:, None], MILLI, 0
         ).astype(np.int64)
         self.schedulable: BoolArray = np.array([not n.unschedulable for n in nodes])
+        self.has_taints = any(n.taints for n in nodes)
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
         self.dev_free = self.dev_cap.copy()

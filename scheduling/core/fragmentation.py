@@ -197,15 +197,22 @@ def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
 
 
 class FragmentationTracker:
-    """Keeps F(n) of every node current as placements happen, for the replay's metrics."""
+    """Keeps F(n) of every node for the replay's metrics: placements mark their node, and the
+    marked nodes are re-evaluated together when the total is read, so a replay that reports
+    fragmentation at a few events pays for those events only."""
 
     def __init__(self, model: FragmentationModel) -> None:
         self.model = model
         self.per_node = model.node_fragmentation(np.arange(len(model.cluster)))
+        self._dirty: set[int] = set()
 
     def refresh(self, node: int) -> None:
-        self.per_node[node] = self.model.node_fragmentation(np.array([node]))[0]
+        self._dirty.add(node)
 
     @property
     def total_milli(self) -> float:
+        if self._dirty:
+            nodes = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+            self.per_node[nodes] = self.model.node_fragmentation(nodes)
+            self._dirty.clear()
         return float(self.per_node.sum())

@@ -51,6 +51,13 @@ class Policy(ABC):
     def score(self, cluster: Cluster, task: TaskRequest, nodes: IntArray) -> FloatArray:
         """Scores of the given nodes, all of which fit the task; higher is better."""
 
+    def score_devices(
+        self, cluster: Cluster, task: TaskRequest, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray | None]:
+        """Scores and, where the policy picks the device while scoring, the device each node
+        would give the task (None otherwise: the placer then asks devices())."""
+        return self.score(cluster, task, nodes), None
+
     def devices(
         self, cluster: Cluster, node: int, task: TaskRequest, rng: np.random.Generator
     ) -> tuple[int, ...]:
@@ -187,9 +194,16 @@ class FGDPolicy(Policy):
         self.model = self.measure(cluster, self.typical)
 
     def score(self, cluster: Cluster, task: TaskRequest, nodes: IntArray) -> FloatArray:
-        delta, _ = self.model.placement_delta(task, nodes)
+        return self.score_devices(cluster, task, nodes)[0]
+
+    def score_devices(
+        self, cluster: Cluster, task: TaskRequest, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray | None]:
+        """The delta that scores a node for a sharing task also names its best device, so
+        the chosen node's delta is never computed twice."""
+        delta, device = self.model.placement_delta(task, nodes)
         score: FloatArray = np.floor(MAX_NODE_SCORE / (1.0 + np.exp(delta / MILLI)))
-        return score
+        return score, device if task.is_sharing else None
 
     def devices(
         self, cluster: Cluster, node: int, task: TaskRequest, rng: np.random.Generator

@@ -113,3 +113,33 @@ def test_random_spreads_its_choices_over_feasible_nodes() -> None:
     p = placer([node(f"n{i}", gpus=8, cpu=1_000_000) for i in range(6)], "random")
     chosen = {p.place(task(f"t{i}", gpus=1, milli=100)).node for i in range(60)}  # type: ignore[union-attr]
     assert len(chosen) == 6
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_scoring_one_node_per_state_places_exactly_like_scoring_every_node(policy: str) -> None:
+    rng = np.random.default_rng(5)
+    kinds = [(2, "V100M16", 64_000), (4, "T4", 96_000), (8, "V100M32", 128_000), (0, "", 32_000)]
+    nodes = [
+        node(f"n{i}", gpus=g, model=m or "V100M16", cpu=cpu)
+        for i, (g, m, cpu) in enumerate(kinds[int(k)] for k in rng.integers(4, size=240))
+    ]
+    tasks = [
+        task(
+            f"t{i}",
+            gpus=int(rng.choice([0, 1, 1, 1, 2, 4])),
+            milli=int(rng.choice([150, 300, 500, 1000])),
+            cpu=int(rng.choice([1000, 4000, 16000])),
+            models=str(rng.choice(["", "", "T4", "V100M16|V100M32"])),
+        )
+        for i in range(400)
+    ]
+    tasks = [t if t.num_gpu < 2 else task(t.name, gpus=t.num_gpu, cpu=t.cpu_milli) for t in tasks]
+    where = []
+    for group in (True, False):
+        p = Placer(
+            Cluster(nodes), make_policy(policy, workload=tasks), np.random.default_rng(9), group
+        )
+        placed = [p.place(t) for t in tasks]
+        where.append([(a.node, a.devices) if a else None for a in placed])
+    assert where[0] == where[1]
+    assert sum(a is not None for a in where[0]) > 200
