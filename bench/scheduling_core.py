@@ -26,7 +26,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 from scheduling.core.cluster import Cluster  # noqa: E402
 from scheduling.core.model import Job, Node, Queue, Running, TaskRequest  # noqa: E402
 from scheduling.core.placement import Placer  # noqa: E402
-from scheduling.core.policies import make_policy  # noqa: E402
+from scheduling.core.policies import RECOMMENDED, make_policy  # noqa: E402
 from scheduling.core.scheduler import Snapshot, schedule  # noqa: E402
 from scheduling.core.trace import load_nodes, load_tasks  # noqa: E402
 
@@ -121,19 +121,14 @@ def grid(quick: bool) -> list[tuple[int, int, int]]:
     return cells
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", default="fgd")
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+def run_grid(policy: str, repeat: int = 2, quick: bool = False) -> list[dict[str, Any]]:
+    """Time every cell of the grid; one row per cell."""
     base = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = load_tasks(TRACES / "openb_pod_list_default.csv")
     rows: list[dict[str, Any]] = []
-    for n, j, r in grid(args.quick):
-        snap = build(base, pods, n, j, r, args.policy)
-        seconds, placed = timed(snap, args.repeat)
+    for n, j, r in grid(quick):
+        snap = build(base, pods, n, j, r, policy)
+        seconds, placed = timed(snap, repeat)
         rows.append(
             {
                 "nodes": n,
@@ -144,6 +139,17 @@ def main() -> None:
             }
         )
         print(f"{n} nodes, {j} jobs, {r} running: {seconds:.2f} s ({placed} placed)", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default=RECOMMENDED)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = run_grid(args.policy, args.repeat, args.quick)
     if args.json:
         args.json.write_text(json.dumps({"policy": args.policy, "cells": rows}, indent=2) + "\n")
 

@@ -189,6 +189,27 @@ class CpuAwareFragmentation(FragmentationModel):
         return result
 
 
+class BlendedFragmentation(CpuAwareFragmentation):
+    """A mix of the two measures: usable = (1 - alpha) * the paper's + alpha * the CPU-aware
+    one. alpha = 0 is the paper's measure, 1 the CPU-aware one."""
+
+    def __init__(self, cluster: Cluster, typical: TypicalShapes, alpha: float = 0.5) -> None:
+        super().__init__(cluster, typical)
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError("alpha must be in 0..1")
+        self.alpha = alpha
+
+    def usable(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> FloatArray:
+        paper = FragmentationModel.usable(self, cpu, parts, model_ok)
+        if self.alpha == 0.0:
+            return paper
+        aware = CpuAwareFragmentation.usable(self, cpu, parts, model_ok)
+        result: FloatArray = (1.0 - self.alpha) * paper + self.alpha * aware
+        return result
+
+
 def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
     """The num_gpu devices with the least free that still fit, in device order on ties."""
     fitting = [int(d) for d in np.flatnonzero(dev_free >= task.gpu_milli)]

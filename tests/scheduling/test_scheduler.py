@@ -225,7 +225,9 @@ def test_fractional_tasks_share_one_device_and_multi_gpu_stays_on_one_node() -> 
     assert where["quad-0"] == ("b", (0, 1, 2, 3))
 
 
-@pytest.mark.parametrize("policy", ["random", "spread", "binpack", "bestfit", "fgd", "fgd-cpu"])
+@pytest.mark.parametrize(
+    "policy", ["random", "spread", "binpack", "bestfit", "fgd", "fgd-cpu", "fgd-mix"]
+)
 def test_every_policy_can_drive_a_session(policy: str) -> None:
     jobs = [job(f"j{i}", gpus=1, milli=[300, 700, 1000][i % 3], order=i) for i in range(6)]
     decision = schedule(Snapshot(gpus(3), [Queue("default")], jobs, policy=policy))
