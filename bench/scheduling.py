@@ -29,10 +29,8 @@ import numpy as np
 # Run as a script, this file's directory comes first on sys.path and its name would shadow the
 # scheduling package: put the repository root there instead.
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
-sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-import scheduling_core  # noqa: E402  (bench/, beside this file)
-
+from bench import scheduling_core  # noqa: E402
 from scheduling.core.policies import RECOMMENDED  # noqa: E402
 from scheduling.core.replay import run_arrival, summarize_arrival  # noqa: E402
 from scheduling.core.trace import load_nodes, load_tasks  # noqa: E402
