@@ -198,14 +198,22 @@ class BlendedFragmentation(CpuAwareFragmentation):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in 0..1")
         self.alpha = alpha
+        self._cpu_step = np.maximum(self.cpu, 1)
+        self._task_milli = self.num_gpu * self.milli
+        self._needs_cpu = self.cpu > 0
 
     def usable(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
     ) -> FloatArray:
-        paper = FragmentationModel.usable(self, cpu, parts, model_ok)
+        # The two measures' sums exactly as they compute them, sharing what they have in common.
+        s, count = parts
+        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        paper: FloatArray = (ok * s) @ self.weight
         if self.alpha == 0.0:
             return paper
-        aware = CpuAwareFragmentation.usable(self, cpu, parts, model_ok)
+        per_cpu = cpu[..., None] // self._cpu_step * self._task_milli
+        reachable = np.where(self._needs_cpu, np.minimum(s, per_cpu), s)
+        aware: FloatArray = (ok * reachable) @ self.weight
         result: FloatArray = (1.0 - self.alpha) * paper + self.alpha * aware
         return result
 
