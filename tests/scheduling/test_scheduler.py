@@ -37,7 +37,8 @@ def test_gang_is_never_partially_placed() -> None:
     assert placed_per_job(decision)["elastic"] == 4
 
 
-def test_gangs_hold_all_or_nothing_over_many_random_jobs() -> None:
+@pytest.mark.parametrize("policy", ["binpack", "fgd-mix"])
+def test_gangs_hold_all_or_nothing_over_many_random_jobs(policy: str) -> None:
     rng = np.random.default_rng(11)
     jobs = []
     for i in range(40):
@@ -52,7 +53,7 @@ def test_gangs_hold_all_or_nothing_over_many_random_jobs() -> None:
                 order=i,
             )
         )
-    decision = schedule(Snapshot(gpus(6, per_node=2), [Queue("default")], jobs))
+    decision = schedule(Snapshot(gpus(6, per_node=2), [Queue("default")], jobs, policy=policy))
     placed = placed_per_job(decision)
     for j in jobs:
         assert placed[j.name] == 0 or placed[j.name] >= j.min_available
