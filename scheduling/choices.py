@@ -15,6 +15,7 @@ class PlacementPolicy(models.TextChoices):
     RANDOM = "random", _("Random")
     FGD = "fgd", _("Fragmentation-aware (FGD, as published)")
     FGD_CPU = "fgd-cpu", _("Fragmentation-aware, CPU-aware (FGD refined)")
+    FGD_MIX = "fgd-mix", _("Fragmentation-aware, adapted to the workload mix (recommended)")
 
 
 class GpuSharing(models.TextChoices):

@@ -19,7 +19,7 @@ def seed_simulated() -> Cluster:
         defaults={
             "name": "GPU farm",
             "backend": BackendKind.SIMULATED,
-            "placement_policy": "fgd-cpu",
+            "placement_policy": "fgd-mix",
             "config": {"speedup": 60, "default_duration_s": 1800},
             "is_default": settings.CLUSTER_BACKEND == BackendKind.SIMULATED,
         },

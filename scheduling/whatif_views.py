@@ -31,7 +31,7 @@ class WhatIfForm(forms.Form):
     pods = forms.FileField(label=_("Workload trace (openb pod list, CSV)"))
     policies = forms.MultipleChoiceField(
         choices=[(p, p) for p in POLICIES],
-        initial=["random", "bestfit", "fgd-cpu"],
+        initial=["random", "bestfit", "fgd", "fgd-mix"],
         widget=forms.CheckboxSelectMultiple,
         label=_("Policies"),
     )

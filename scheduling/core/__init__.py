@@ -4,5 +4,6 @@ A snapshot of nodes, devices, queues and pending work goes in; placements and ev
 out (scheduler.schedule). Modules by topic: model (the values), trace (CSV loading), cluster
 (mutable state), predicates, policies and fragmentation (node and device ordering), placement
 (one task at a time), scheduler (the session: enqueue, allocate, backfill, reclaim, preempt),
-replay (trace replay and its metrics), report and plots (CSV, JSON, PNG).
+replay (trace replay and its metrics), variants (the paper's openb workload families), report and
+plots (CSV, JSON, PNG).
 """

@@ -58,6 +58,8 @@ class Cluster:
             np.arange(self.max_devices)[None, :] < self.gpu_count[:, None], MILLI, 0
         ).astype(np.int64)
         self.schedulable: BoolArray = np.array([not n.unschedulable for n in nodes])
+        self.has_taints = any(n.taints for n in nodes)
+        self._masks: dict[frozenset[str], BoolArray] = {}
         self.cpu_free = self.cpu_cap.copy()
         self.mem_free = self.mem_cap.copy()
         self.dev_free = self.dev_cap.copy()
@@ -74,6 +76,15 @@ class Cluster:
 
     def model_mask(self, models: Iterable[str]) -> BoolArray:
         """Which model ids a task accepts (the last entry, no GPU, is never accepted)."""
+        if isinstance(models, frozenset):  # a task's set: the same few, asked for every task
+            mask = self._masks.get(models)
+            if mask is None:
+                mask = self._masks[models] = self._model_mask(models)
+                mask.flags.writeable = False
+            return mask
+        return self._model_mask(models)
+
+    def _model_mask(self, models: Iterable[str]) -> BoolArray:
         wanted = set(models)
         mask = np.zeros(len(self.models) + 1, dtype=bool)
         if not wanted:

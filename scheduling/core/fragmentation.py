@@ -189,6 +189,35 @@ class CpuAwareFragmentation(FragmentationModel):
         return result
 
 
+class BlendedFragmentation(CpuAwareFragmentation):
+    """A mix of the two measures: usable = (1 - alpha) * the paper's + alpha * the CPU-aware
+    one. alpha = 0 is the paper's measure, 1 the CPU-aware one."""
+
+    def __init__(self, cluster: Cluster, typical: TypicalShapes, alpha: float = 0.5) -> None:
+        super().__init__(cluster, typical)
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError("alpha must be in 0..1")
+        self.alpha = alpha
+        self._cpu_step = np.maximum(self.cpu, 1)
+        self._task_milli = self.num_gpu * self.milli
+        self._needs_cpu = self.cpu > 0
+
+    def usable(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> FloatArray:
+        # The two measures' sums exactly as they compute them, sharing what they have in common.
+        s, count = parts
+        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        paper: FloatArray = (ok * s) @ self.weight
+        if self.alpha == 0.0:
+            return paper
+        per_cpu = cpu[..., None] // self._cpu_step * self._task_milli
+        reachable = np.where(self._needs_cpu, np.minimum(s, per_cpu), s)
+        aware: FloatArray = (ok * reachable) @ self.weight
+        result: FloatArray = (1.0 - self.alpha) * paper + self.alpha * aware
+        return result
+
+
 def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
     """The num_gpu devices with the least free that still fit, in device order on ties."""
     fitting = [int(d) for d in np.flatnonzero(dev_free >= task.gpu_milli)]
@@ -197,15 +226,22 @@ def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
 
 
 class FragmentationTracker:
-    """Keeps F(n) of every node current as placements happen, for the replay's metrics."""
+    """Keeps F(n) of every node for the replay's metrics: placements mark their node, and the
+    marked nodes are re-evaluated together when the total is read, so a replay that reports
+    fragmentation at a few events pays for those events only."""
 
     def __init__(self, model: FragmentationModel) -> None:
         self.model = model
         self.per_node = model.node_fragmentation(np.arange(len(model.cluster)))
+        self._dirty: set[int] = set()
 
     def refresh(self, node: int) -> None:
-        self.per_node[node] = self.model.node_fragmentation(np.array([node]))[0]
+        self._dirty.add(node)
 
     @property
     def total_milli(self) -> float:
+        if self._dirty:
+            nodes = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+            self.per_node[nodes] = self.model.node_fragmentation(nodes)
+            self._dirty.clear()
         return float(self.per_node.sum())

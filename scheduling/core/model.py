@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from core.reasons import Reason
 
@@ -97,7 +98,7 @@ class TaskRequest:
     def is_sharing(self) -> bool:
         return self.num_gpu == 1 and self.gpu_milli < MILLI
 
-    @property
+    @cached_property
     def shape(self) -> Shape:
         """Everything placement depends on; tasks with equal shapes are interchangeable."""
         return Shape(

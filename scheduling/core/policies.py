@@ -13,8 +13,10 @@ cache them per task shape and recompute only nodes that changed.
   largest node), the fullest fitting device.
 - fgd: Fragmentation Gradient Descent as published: the node and device whose expected
   fragmentation grows least.
-- fgd-cpu: FGD on a measure that also counts free GPU the node's free CPU cannot serve;
-  our choice for fractional GPUs.
+- fgd-cpu: FGD on a measure that also counts free GPU the node's free CPU cannot serve.
+- fgd-mix: FGD adapted to the workload mix it expects: a blend of the two measures chosen by
+  the share of multi-GPU demand, and scarce GPU models kept for the work only they can serve;
+  the recommended policy (RECOMMENDED), see bench/scheduling.md.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from .cluster import Cluster, IntArray
 from .fragmentation import (
+    BlendedFragmentation,
     CpuAwareFragmentation,
     FloatArray,
     FragmentationModel,
@@ -50,6 +53,13 @@ class Policy(ABC):
     @abstractmethod
     def score(self, cluster: Cluster, task: TaskRequest, nodes: IntArray) -> FloatArray:
         """Scores of the given nodes, all of which fit the task; higher is better."""
+
+    def score_devices(
+        self, cluster: Cluster, task: TaskRequest, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray | None]:
+        """Scores and, where the policy picks the device while scoring, the device each node
+        would give the task (None otherwise: the placer then asks devices())."""
+        return self.score(cluster, task, nodes), None
 
     def devices(
         self, cluster: Cluster, node: int, task: TaskRequest, rng: np.random.Generator
@@ -187,9 +197,16 @@ class FGDPolicy(Policy):
         self.model = self.measure(cluster, self.typical)
 
     def score(self, cluster: Cluster, task: TaskRequest, nodes: IntArray) -> FloatArray:
-        delta, _ = self.model.placement_delta(task, nodes)
+        return self.score_devices(cluster, task, nodes)[0]
+
+    def score_devices(
+        self, cluster: Cluster, task: TaskRequest, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray | None]:
+        """The delta that scores a node for a sharing task also names its best device, so
+        the chosen node's delta is never computed twice."""
+        delta, device = self.model.placement_delta(task, nodes)
         score: FloatArray = np.floor(MAX_NODE_SCORE / (1.0 + np.exp(delta / MILLI)))
-        return score
+        return score, device if task.is_sharing else None
 
     def devices(
         self, cluster: Cluster, node: int, task: TaskRequest, rng: np.random.Generator
@@ -207,6 +224,108 @@ class FGDCpuPolicy(FGDPolicy):
     measure = CpuAwareFragmentation
 
 
+class FGDMixPolicy(FGDPolicy):
+    """FGD that reads the workload mix it expects (the typical shapes) and adapts to it.
+
+    Two changes to the paper's FGD, both computed from the typical shapes at bind time:
+
+    - the fragmentation measure blends the paper's with the CPU-aware one (alpha, see
+      BlendedFragmentation and adaptive_alpha): half of each, down to the paper's alone as
+      multi-GPU work grows past 15 % of the GPU demand;
+    - scarce GPU models are kept for the work that needs them: each model's pressure is the
+      share of the expected GPU demand only it can serve (constrained shapes, split over their
+      allowed models by capacity) over its share of the cluster's GPUs, and a task that may
+      run on several models pays `scarcity` x its GPU request x (pressure of the node's model
+      - the lowest pressure among the models it may use). With no constrained shapes every
+      pressure is 0 and the term vanishes.
+
+    alpha=None (the default) sets alpha from the mix; scarcity=0 turns the second part off.
+    """
+
+    name = "fgd-mix"
+    measure = BlendedFragmentation
+
+    def __init__(
+        self, typical: TypicalShapes, alpha: float | None = None, scarcity: float = 1.0
+    ) -> None:
+        super().__init__(typical)
+        self.alpha = alpha
+        self.scarcity = scarcity
+
+    def mix(self) -> dict[str, float]:
+        """Shares of the expected GPU demand: sharing, multi-GPU and model-constrained."""
+        demand = {"sharing": 0.0, "multi": 0.0, "constrained": 0.0, "total": 0.0}
+        for (_, num_gpu, milli, models), weight in zip(
+            self.typical.shapes, self.typical.weights, strict=True
+        ):
+            gpu = weight * num_gpu * milli
+            demand["total"] += gpu
+            demand["sharing"] += gpu if num_gpu == 1 and milli < MILLI else 0.0
+            demand["multi"] += gpu if num_gpu > 1 else 0.0
+            demand["constrained"] += gpu if models and num_gpu else 0.0
+        total = demand.pop("total") or 1.0
+        return {key: value / total for key, value in demand.items()}
+
+    def bind(self, cluster: Cluster) -> None:
+        alpha = self.alpha
+        if alpha is None:
+            alpha = ADAPTIVE_ALPHA(self.mix())
+        self.model = BlendedFragmentation(cluster, self.typical, alpha)
+        self.pressure = model_pressure(cluster, self.typical)
+        self._accepts: dict[frozenset[str], float] = {}
+
+    def score_devices(
+        self, cluster: Cluster, task: TaskRequest, nodes: IntArray
+    ) -> tuple[FloatArray, IntArray | None]:
+        delta, device = self.model.placement_delta(task, nodes)
+        if task.num_gpu and self.scarcity and self.pressure.any():
+            lowest = self._accepts.get(task.gpu_models)
+            if lowest is None:
+                allowed = cluster.model_mask(task.gpu_models)
+                lowest = float(self.pressure[allowed].min()) if allowed.any() else 0.0
+                self._accepts[task.gpu_models] = lowest
+            extra = self.pressure[cluster.model_id[nodes]] - lowest
+            delta = delta + self.scarcity * task.gpu_total_milli * extra
+        score: FloatArray = np.floor(MAX_NODE_SCORE / (1.0 + np.exp(delta / MILLI)))
+        return score, device if task.is_sharing else None
+
+
+def adaptive_alpha(mix: dict[str, float]) -> float:
+    """How CPU-aware fgd-mix's measure is, from the mix (see FGDMixPolicy): half way between
+    the two measures while multi-GPU work is at most 15 % of the GPU demand, falling to the
+    paper's measure at 25 % and beyond. Whole multi-GPU tasks need nodes with many free
+    devices, which the paper's measure protects best; single-GPU and shared work packs better
+    when free GPUs without the CPU to use them count as fragmented too."""
+    return 0.5 * float(np.clip((0.25 - mix["multi"]) / 0.10, 0.0, 1.0))
+
+
+ADAPTIVE_ALPHA = adaptive_alpha
+
+
+def model_pressure(cluster: Cluster, typical: TypicalShapes) -> FloatArray:
+    """Per model id (no-GPU last, always 0): the share of the typical GPU demand that only
+    that model's nodes can serve, over the model's share of the cluster's GPUs."""
+    n = len(cluster.models)
+    gpus = np.array(
+        [cluster.gpu_count[cluster.model_id == m].sum() for m in range(n)], dtype=np.float64
+    )
+    demand = np.zeros(n + 1)
+    total = 0.0
+    for (_, num_gpu, milli, models), weight in zip(typical.shapes, typical.weights, strict=True):
+        gpu = weight * num_gpu * milli
+        total += gpu
+        if not (num_gpu and models):
+            continue
+        allowed = cluster.model_mask(models)[:n]
+        if allowed.any() and gpus[allowed].sum():
+            demand[:n] += gpu * np.where(allowed, gpus, 0.0) / gpus[allowed].sum()
+    pressure = np.zeros(n + 1)
+    if total and gpus.sum():
+        share = gpus / gpus.sum()
+        pressure[:n] = np.where(share > 0, demand[:n] / total / np.maximum(share, 1e-12), 0.0)
+    return pressure
+
+
 def _ratio(left: IntArray, capacity: IntArray) -> FloatArray:
     safe = np.where(capacity > 0, capacity, 1)
     result: FloatArray = np.where(capacity > 0, left / safe, 0.0)
@@ -222,7 +341,12 @@ POLICIES: dict[str, PolicyFactory] = {
     "bestfit": BestFitPolicy,
     "fgd": FGDPolicy,
     "fgd-cpu": FGDCpuPolicy,
+    "fgd-mix": FGDMixPolicy,
 }
+
+
+# What the replay runs by default and fractional-GPU clusters get: see bench/scheduling.md.
+RECOMMENDED = "fgd-mix"
 
 
 def make_policy(

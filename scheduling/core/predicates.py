@@ -30,7 +30,7 @@ def node_admits(node: Node, task: TaskRequest) -> bool:
 
 def static_mask(cluster: Cluster, task: TaskRequest) -> BoolArray:
     """node_admits over the whole cluster, with a fast path for the plain case."""
-    if not task.node_selector and not any(node.taints for node in cluster.nodes):
+    if not task.node_selector and not cluster.has_taints:
         return cluster.schedulable.copy()
     return np.array([node_admits(node, task) for node in cluster.nodes], dtype=bool)
 

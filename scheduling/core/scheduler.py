@@ -168,6 +168,7 @@ class Session:
         self.inqueue: list[str] = [j.name for j in snap.jobs if self.running_count(j)]
         self.waiting: dict[str, Reason] = {}
         self._clock = 0
+        self._held: dict[tuple[str, int], Vec] | None = None  # running demand per queue, priority
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -258,6 +259,7 @@ class Session:
             * self.snap.overcommit
         )
         claimed = {name: np.zeros(3) for name in self.queues}
+        self._held = None
         evictable: dict[tuple[str, int], Vec] = {}
         for job in sorted(self.jobs.values(), key=self.job_order):
             if job.name in self.inqueue or job.name in self.rejected:
@@ -287,22 +289,29 @@ class Session:
             self.admitted.append(job.name)
 
     def _evictable_for(self, job: Job) -> Vec:
-        """What preempt and reclaim could free for the job (an upper bound)."""
+        """What preempt and reclaim could free for the job (an upper bound).
+
+        The running tasks are summed per queue and priority once per session (nothing runs or
+        stops while enqueue asks), so each job costs a pass over those sums, not the tasks."""
+        if self._held is None:
+            self._held = {}
+            for run in self.running.values():
+                key = (run.job.queue, run.job.priority)
+                self._held[key] = self._held.get(key, np.zeros(3)) + _task_vec(run.task)
         total = np.zeros(3)
-        for run in self.running.values():
-            q = run.job.queue
-            lower = q == job.queue and run.job.priority < job.priority
+        preempt = "preempt" in self.snap.actions
+        reclaim = "reclaim" in self.snap.actions and not self.overused(job.queue)
+        for (q, priority), held in self._held.items():
+            lower = q == job.queue and priority < job.priority
             over = (
-                q != job.queue
+                reclaim
+                and q != job.queue
                 and q in self.queues
                 and self.queues[q].reclaimable
-                and not self.overused(job.queue)
                 and not bool((self.queue_alloc[q] <= self.deserved[q] + _EPS).all())
             )
-            if (lower and "preempt" in self.snap.actions) or (
-                over and "reclaim" in self.snap.actions
-            ):
-                total += _task_vec(run.task)
+            if (lower and preempt) or over:
+                total += held
         return total
 
     def _admitted_pending(self) -> list[Job]:
@@ -314,8 +323,15 @@ class Session:
 
     def allocate(self) -> None:
         """Place admitted jobs: lowest-share queue first, its best job by priority and DRF."""
+        # A job's place in its queue (priority, dominant share, order) changes only when the
+        # job itself is placed, and then it leaves the list: sort once, take from the front.
         todo = {
-            name: [j for j in self._admitted_pending() if j.queue == name] for name in self.queues
+            name: sorted(
+                (j for j in self._admitted_pending() if j.queue == name),
+                key=self.job_order,
+                reverse=True,
+            )
+            for name in self.queues
         }
         while True:
             ready = [q for q, jobs in todo.items() if jobs and not self.overused(q)]
@@ -327,8 +343,7 @@ class Session:
             if not ready:
                 return
             queue = min(ready, key=lambda q: (self.queue_share(q), q))
-            job = min(todo[queue], key=self.job_order)
-            todo[queue].remove(job)
+            job = todo[queue].pop()
             cap = self.queues[queue].capability
             if (
                 cap is not None

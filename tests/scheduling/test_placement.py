@@ -113,3 +113,67 @@ def test_random_spreads_its_choices_over_feasible_nodes() -> None:
     p = placer([node(f"n{i}", gpus=8, cpu=1_000_000) for i in range(6)], "random")
     chosen = {p.place(task(f"t{i}", gpus=1, milli=100)).node for i in range(60)}  # type: ignore[union-attr]
     assert len(chosen) == 6
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_scoring_one_node_per_state_places_exactly_like_scoring_every_node(policy: str) -> None:
+    rng = np.random.default_rng(5)
+    kinds = [(2, "V100M16", 64_000), (4, "T4", 96_000), (8, "V100M32", 128_000), (0, "", 32_000)]
+    nodes = [
+        node(f"n{i}", gpus=g, model=m or "V100M16", cpu=cpu)
+        for i, (g, m, cpu) in enumerate(kinds[int(k)] for k in rng.integers(4, size=240))
+    ]
+    tasks = [
+        task(
+            f"t{i}",
+            gpus=int(rng.choice([0, 1, 1, 1, 2, 4])),
+            milli=int(rng.choice([150, 300, 500, 1000])),
+            cpu=int(rng.choice([1000, 4000, 16000])),
+            models=str(rng.choice(["", "", "T4", "V100M16|V100M32"])),
+        )
+        for i in range(400)
+    ]
+    tasks = [t if t.num_gpu < 2 else task(t.name, gpus=t.num_gpu, cpu=t.cpu_milli) for t in tasks]
+    where = []
+    for group in (True, False):
+        p = Placer(
+            Cluster(nodes), make_policy(policy, workload=tasks), np.random.default_rng(9), group
+        )
+        placed = [p.place(t) for t in tasks]
+        where.append([(a.node, a.devices) if a else None for a in placed])
+    assert where[0] == where[1]
+    assert sum(a is not None for a in where[0]) > 200
+
+
+def test_fgd_mix_with_pinned_work_keeps_model_sets_and_device_limits() -> None:
+    # A workload where scarce models carry pressure: placements still honour every set and no
+    # device holds more than 1000 milli.
+    rng = np.random.default_rng(13)
+    models = ["", "", "T4", "V100M16|V100M32", "V100M32"]
+    tasks = [
+        task(
+            f"t{i}",
+            gpus=1,
+            milli=int(rng.choice([200, 500, 1000])),
+            models=str(rng.choice(models)),
+            cpu=1000,
+        )
+        for i in range(200)
+    ]
+    nodes = [node(f"t4-{i}", gpus=2, model="T4", cpu=32_000) for i in range(3)]
+    nodes += [node(f"v16-{i}", gpus=4, model="V100M16", cpu=32_000) for i in range(2)]
+    nodes += [node(f"v32-{i}", gpus=4, model="V100M32", cpu=32_000) for i in range(2)]
+    nodes += [node(f"g2-{i}", gpus=8, model="G2", cpu=64_000) for i in range(3)]
+    p = placer(nodes, "fgd-mix", workload=tasks)
+    assert p.policy.pressure.any()  # type: ignore[attr-defined]
+    placed = 0
+    for t in tasks:
+        alloc = p.place(t)
+        if alloc is None:
+            continue
+        placed += 1
+        model = p.cluster.nodes[alloc.node].gpu_model
+        assert not t.gpu_models or model in t.gpu_models
+    c = p.cluster
+    assert placed > 60  # 46 GPUs for about 113 GPUs of requests
+    assert (c.dev_free >= 0).all() and (c.dev_free <= c.dev_cap).all()

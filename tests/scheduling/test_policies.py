@@ -7,13 +7,19 @@ import pytest
 
 from scheduling.core.cluster import Cluster
 from scheduling.core.fragmentation import (
+    BlendedFragmentation,
     CpuAwareFragmentation,
     FragmentationModel,
     TypicalShapes,
     pick_tightest,
 )
 from scheduling.core.placement import Placer
-from scheduling.core.policies import BinpackPolicy, make_policy, resource_binpack_score
+from scheduling.core.policies import (
+    BinpackPolicy,
+    make_policy,
+    model_pressure,
+    resource_binpack_score,
+)
 
 from .build import node, task
 
@@ -82,7 +88,9 @@ def test_bestfit_and_binpack_take_the_fullest_device_spread_the_emptiest() -> No
         assert p.choose(task("x", gpus=1, milli=300)) == (0, (device,)), policy
 
 
-@pytest.mark.parametrize(("policy", "chosen"), [("bestfit", "a"), ("fgd", "b"), ("fgd-cpu", "b")])
+@pytest.mark.parametrize(
+    ("policy", "chosen"), [("bestfit", "a"), ("fgd", "b"), ("fgd-cpu", "b"), ("fgd-mix", "b")]
+)
 def test_fgd_avoids_the_placement_that_strands_a_sliver_best_fit_takes_it(
     policy: str, chosen: str
 ) -> None:
@@ -125,7 +133,9 @@ def test_node_fragmentation_matches_the_papers_definition_by_hand() -> None:
     assert cpu_aware.node_fragmentation(np.array([0]))[0] == pytest.approx(1050)
 
 
-@pytest.mark.parametrize("measure", [FragmentationModel, CpuAwareFragmentation])
+@pytest.mark.parametrize(
+    "measure", [FragmentationModel, CpuAwareFragmentation, BlendedFragmentation]
+)
 def test_placement_delta_equals_the_change_of_node_fragmentation(measure: type) -> None:
     rng = np.random.default_rng(5)
     workload = [
@@ -158,3 +168,38 @@ def test_placement_delta_equals_the_change_of_node_fragmentation(measure: type) 
             c.cpu_free[n], c.dev_free[n] = saved
             c.allocated_gpu_milli -= t.gpu_total_milli
             assert delta[k] == pytest.approx(after - before)
+
+
+def test_fgd_mix_keeps_the_scarce_model_for_the_work_only_it_can_serve() -> None:
+    # Half the expected GPU demand may only run on T4, which is a fifth of the GPUs: fgd-mix
+    # keeps an unconstrained task off the T4 node by a wider margin than FGD's.
+    workload = [task(f"t4-{i}", gpus=1, models="T4") for i in range(5)]
+    workload += [task(f"any-{i}", gpus=1) for i in range(5)]
+    c = Cluster([node("t4", gpus=2, model="T4"), node("g2", gpus=8, model="G2")])
+    both = np.arange(2)
+    fgd = make_policy("fgd", workload=workload)
+    mix = make_policy("fgd-mix", workload=workload)
+    for policy in (fgd, mix):
+        policy.bind(c)
+    free = task("x", gpus=1)
+    fgd_t4, fgd_g2 = fgd.score(c, free, both)
+    mix_t4, mix_g2 = mix.score(c, free, both)
+    assert mix_g2 - mix_t4 > fgd_g2 - fgd_t4 + 20
+    pinned = task("y", gpus=1, models="T4")  # work that must run there is not pushed away
+    assert mix.score(c, pinned, both[:1]) == fgd.score(c, pinned, both[:1])
+    pressure = model_pressure(c, TypicalShapes.from_tasks(workload))
+    assert pressure[c.models.index("T4")] == pytest.approx(0.5 / 0.2)
+    assert pressure[c.models.index("G2")] == 0
+
+
+def test_fgd_mix_without_model_constraints_scores_like_its_measure_alone() -> None:
+    workload = [task(f"w{i}", gpus=1, milli=[300, 500, 1000][i % 3]) for i in range(9)]
+    c = Cluster([node(f"n{i}", gpus=4) for i in range(3)])
+    c.allocate(0, task("u", gpus=1, milli=700), [0])
+    mix = make_policy("fgd-mix", workload=workload)
+    mix.bind(c)
+    assert not mix.pressure.any()
+    t = task("x", gpus=1, milli=300)
+    delta, _ = mix.model.placement_delta(t, np.arange(3))
+    expected = np.floor(100 / (1 + np.exp(delta / 1000)))
+    assert mix.score(c, t, np.arange(3)).tolist() == expected.tolist()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
+from scheduling.core.policies import POLICIES, RECOMMENDED
 from scheduling.core.replay import allocation_at, inflate, run_arrival, run_time
 from scheduling.core.trace import load_nodes, load_tasks
 
@@ -210,3 +211,32 @@ def test_bad_input_stops_the_command_before_anything_is_replayed(tmp_path: Path)
             "--out",
             str(out),
         )
+
+
+def test_the_replay_command_defaults_to_the_recommended_policy_and_all_runs_every_one(
+    tmp_path: Path,
+) -> None:
+    common = ["--nodes", write(tmp_path, "n.csv", NODES_CSV), "--pods"]
+    common += [write(tmp_path, "p.csv", PODS_CSV), "--seeds", "1", "--out", str(tmp_path / "o")]
+    call_command("replay", *common, "--json", str(tmp_path / "d.json"))
+    assert list(json.loads((tmp_path / "d.json").read_text())["policies"]) == [RECOMMENDED]
+    call_command("replay", *common, "--policy", "all", "--json", str(tmp_path / "a.json"))
+    everyone = json.loads((tmp_path / "a.json").read_text())["policies"]
+    assert list(everyone) == list(POLICIES)
+    assert set(everyone[RECOMMENDED]) == {
+        "unallocated_gpu_pct",
+        "fragmented_gpu_pct",
+        "failed_tasks",
+        "seconds_per_run",
+        "runs",
+    }
+
+
+def test_a_benchmark_replay_measures_fragmentation_only_where_it_reports_it() -> None:
+    nodes = [node(f"n{i}", gpus=2, cpu=32_000) for i in range(6)]
+    tasks = [task(f"t{i}", gpus=1, milli=[300, 700, 1000][i % 3]) for i in range(40)]
+    full = run_arrival(nodes, tasks, "fgd", 42)
+    lean = run_arrival(nodes, tasks, "fgd", 42, curves=False)
+    assert lean.unallocated_pct == full.unallocated_pct
+    assert lean.fragmented_pct == pytest.approx(full.fragmented_pct)
+    assert np.isnan(lean.fragmented_milli).any()

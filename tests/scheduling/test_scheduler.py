@@ -37,7 +37,8 @@ def test_gang_is_never_partially_placed() -> None:
     assert placed_per_job(decision)["elastic"] == 4
 
 
-def test_gangs_hold_all_or_nothing_over_many_random_jobs() -> None:
+@pytest.mark.parametrize("policy", ["binpack", "fgd-mix"])
+def test_gangs_hold_all_or_nothing_over_many_random_jobs(policy: str) -> None:
     rng = np.random.default_rng(11)
     jobs = []
     for i in range(40):
@@ -52,7 +53,7 @@ def test_gangs_hold_all_or_nothing_over_many_random_jobs() -> None:
                 order=i,
             )
         )
-    decision = schedule(Snapshot(gpus(6, per_node=2), [Queue("default")], jobs))
+    decision = schedule(Snapshot(gpus(6, per_node=2), [Queue("default")], jobs, policy=policy))
     placed = placed_per_job(decision)
     for j in jobs:
         assert placed[j.name] == 0 or placed[j.name] >= j.min_available
@@ -225,7 +226,9 @@ def test_fractional_tasks_share_one_device_and_multi_gpu_stays_on_one_node() -> 
     assert where["quad-0"] == ("b", (0, 1, 2, 3))
 
 
-@pytest.mark.parametrize("policy", ["random", "spread", "binpack", "bestfit", "fgd", "fgd-cpu"])
+@pytest.mark.parametrize(
+    "policy", ["random", "spread", "binpack", "bestfit", "fgd", "fgd-cpu", "fgd-mix"]
+)
 def test_every_policy_can_drive_a_session(policy: str) -> None:
     jobs = [job(f"j{i}", gpus=1, milli=[300, 700, 1000][i % 3], order=i) for i in range(6)]
     decision = schedule(Snapshot(gpus(3), [Queue("default")], jobs, policy=policy))

@@ -14,7 +14,7 @@ import yaml
 
 from scheduling.backends.kubernetes.manifests import GPU, VGPU_CORES, VGPU_MEMORY, VGPU_NUMBER
 
-POLICIES = ("binpack", "spread", "bestfit", "random", "fgd", "fgd-cpu")
+POLICIES = ("binpack", "spread", "bestfit", "random", "fgd", "fgd-cpu", "fgd-mix")
 
 # enqueue admits PodGroups while their queue has room; allocate places gangs; preempt and
 # reclaim enforce priorities and queue shares (reclaimable queues give back what they
@@ -35,6 +35,9 @@ NOTES = {
     "fgd-cpu": "fgd-cpu: Volcano has no fragmentation-aware plugin, let alone a CPU-aware one. "
     "Closest: fgd's binpack with CPU weighted up too, so CPU fills up along with the GPUs and "
     "fewer free GPUs are left on nodes without the CPU to use them.",
+    "fgd-mix": "fgd-mix: Volcano has no fragmentation-aware plugin, nor one that reads the "
+    "workload mix. Closest: fgd-cpu's binpack; pods pinned to a GPU model still land only on "
+    "it (predicates), but unpinned work is not kept off the scarce models.",
 }
 
 
@@ -109,12 +112,12 @@ def _nodeorder(policy: str) -> dict[str, int]:
 def _binpack(policy: str, *, vgpu: bool) -> dict[str, Any] | None:
     if policy in ("spread", "random"):
         return None
-    weight = {"binpack": 10, "bestfit": 20, "fgd": 10, "fgd-cpu": 10}[policy]
-    gpu_weight = {"binpack": 5, "bestfit": 5, "fgd": 10, "fgd-cpu": 10}[policy]
+    weight = {"binpack": 10, "bestfit": 20, "fgd": 10, "fgd-cpu": 10, "fgd-mix": 10}[policy]
+    gpu_weight = {"binpack": 5, "bestfit": 5, "fgd": 10, "fgd-cpu": 10, "fgd-mix": 10}[policy]
     resources = [GPU] + ([VGPU_NUMBER, VGPU_MEMORY, VGPU_CORES] if vgpu else [])
     arguments: dict[str, Any] = {
         "binpack.weight": weight,
-        "binpack.cpu": 3 if policy == "fgd-cpu" else 1,
+        "binpack.cpu": 3 if policy in ("fgd-cpu", "fgd-mix") else 1,
         "binpack.memory": 1,
         "binpack.resources": ", ".join(resources),
     }

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.core.policies import POLICIES
+from scheduling.core.policies import POLICIES, RECOMMENDED
 from scheduling.core.replay import summarize_arrival
 from scheduling.core.report import arrival_runs, time_runs, time_summary, write_arrival, write_time
 from scheduling.core.trace import TraceError, load_nodes, load_tasks
@@ -29,8 +29,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--policy",
             action="append",
-            required=True,
-            help=f"policy name, repeatable or comma-separated: {', '.join(POLICIES)}",
+            help=f"policy name, repeatable or comma-separated: {', '.join(POLICIES)}; "
+            f"'all' for every one (default: {RECOMMENDED}, the recommended policy)",
         )
         parser.add_argument("--mode", choices=("arrival", "time"), default="arrival")
         parser.add_argument("--seeds", type=int, default=10, help="runs per policy (10)")
@@ -45,7 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", help="write a JSON summary here")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        policies = [p.strip() for item in opts["policy"] for p in item.split(",") if p.strip()]
+        given = opts["policy"] or [RECOMMENDED]
+        policies = [p.strip() for item in given for p in item.split(",") if p.strip()]
+        if "all" in policies:
+            policies = list(POLICIES)
+        if not policies:
+            raise CommandError("--policy names no policy")
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise CommandError(

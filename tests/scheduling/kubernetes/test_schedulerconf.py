@@ -52,7 +52,7 @@ def test_random_zeroes_every_node_score() -> None:
     assert set(names["nodeorder"]["arguments"].values()) == {0}
 
 
-@pytest.mark.parametrize("policy", ["bestfit", "random", "fgd", "fgd-cpu"])
+@pytest.mark.parametrize("policy", ["bestfit", "random", "fgd", "fgd-cpu", "fgd-mix"])
 def test_a_policy_volcano_lacks_says_so_in_a_comment(policy: str) -> None:
     header = scheduler_conf(policy).splitlines()[1]
     assert header.startswith("#") and "Volcano has no" in header
