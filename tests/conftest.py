@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from tenants import services
@@ -23,6 +24,17 @@ from tenants.models import Tenant
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    """Each test starts and ends in the default language: a request in Chinese, or a task
+    that renders in its reader's language, leaves that language active on the thread
+    (Django activates one per request and never resets it), and a later test would read
+    Chinese where it expects English."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)
