@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
 
 from billing import invoices, metering, pricing, services, storage
 from billing.models import LedgerEntry, UsageInterval
@@ -131,3 +133,18 @@ def test_the_settlement_tick_period_comes_from_the_environment(value: str, expec
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
     assert expected in done.stdout + done.stderr
+
+
+def test_a_tick_over_more_datasets_costs_no_more_queries(world: Any, stored: Any) -> None:
+    """The storage sync runs every minute: its queries must not grow with the datasets."""
+
+    def queries_of_a_second_sync() -> int:
+        storage.sync_storage(at(2025, 1, 10))
+        with CaptureQueriesContext(connection) as seen:
+            storage.sync_storage(at(2025, 1, 11))
+        return len(seen.captured_queries)
+
+    few = queries_of_a_second_sync()
+    for i in range(5):
+        datasets.register_folder(actor=world.dean, path="mnist", name=f"Copy {i}")
+    assert queries_of_a_second_sync() == few
