@@ -24,7 +24,9 @@ from tests.marks import requires_postgres
 pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
 
 
-def test_two_settlements_at_once_charge_each_interval_once(world, catalog, priced) -> None:
+def hours_of_one_a100(world, catalog, n: int) -> None:
+    """``n`` closed intervals of class A, each an hour of one A100 (3.00 at the lab's
+    prices), none settled yet."""
     account = services.account_for_tenant(world.class_a)
     UsageInterval.objects.bulk_create(
         UsageInterval(
@@ -38,8 +40,12 @@ def test_two_settlements_at_once_charge_each_interval_once(world, catalog, price
             workload_name=f"w{i}",
             owner_name="bob",
         )
-        for i in range(3000)
+        for i in range(n)
     )
+
+
+def test_two_settlements_at_once_charge_each_interval_once(world, catalog, priced) -> None:
+    hours_of_one_a100(world, catalog, 3000)
     start = threading.Barrier(2)
     errors: list[BaseException] = []
 
@@ -71,21 +77,7 @@ def test_a_batch_that_fails_on_one_connection_loses_nothing_and_the_rerun_charge
     and its watermarks: it rolls back alone, the tick reports the error, and the next tick
     charges exactly what is left."""
     settings.BILLING_SETTLE_WORKERS = 2
-    account = services.account_for_tenant(world.class_a)
-    UsageInterval.objects.bulk_create(
-        UsageInterval(
-            account=account,
-            cluster=catalog.cluster,
-            started_at=T0,
-            ended_at=T0 + dt.timedelta(hours=1),
-            settled_until=T0,
-            gpus=1,
-            gpu_model="A100",
-            workload_name=f"w{i}",
-            owner_name="bob",
-        )
-        for i in range(1000)
-    )
+    hours_of_one_a100(world, catalog, 1000)
     real = services._write_watermarks
     calls = []
     lock = threading.Lock()
@@ -131,21 +123,7 @@ def test_a_settlement_killed_with_sigkill_mid_batch_charges_nothing_twice_and_mi
 ) -> None:
     """A real ``kill -9`` of the settling process between a batch's entries and its
     watermarks: its open transactions die with it; the next tick charges exactly the rest."""
-    account = services.account_for_tenant(world.class_a)
-    UsageInterval.objects.bulk_create(
-        UsageInterval(
-            account=account,
-            cluster=catalog.cluster,
-            started_at=T0,
-            ended_at=T0 + dt.timedelta(hours=1),
-            settled_until=T0,
-            gpus=1,
-            gpu_model="A100",
-            workload_name=f"w{i}",
-            owner_name="bob",
-        )
-        for i in range(1000)
-    )
+    hours_of_one_a100(world, catalog, 1000)
     db = connection.settings_dict
     env = {
         **os.environ,
