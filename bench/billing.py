@@ -60,15 +60,33 @@ def setup_django() -> None:
     settings.DEBUG = False
 
 
+def empty_billing_tables() -> None:
+    """What an earlier run of either benchmark left, in the order the foreign keys allow
+    (the ledger and the invoices refuse ``delete()``: raw deletes)."""
+    from billing.models import (
+        Account,
+        Invoice,
+        InvoicedEntry,
+        InvoiceLine,
+        LedgerEntry,
+        UsageInterval,
+    )
+
+    InvoiceLine.objects.all().delete()
+    InvoicedEntry.objects.all()._raw_delete(InvoicedEntry.objects.db)
+    Invoice.objects.all()._raw_delete(Invoice.objects.db)
+    LedgerEntry.objects.all()._raw_delete(LedgerEntry.objects.db)
+    UsageInterval.objects.all().delete()
+    Account.objects.all().delete()
+
+
 def build(n: int, now: dt.datetime) -> None:
-    from billing.models import Account, LedgerEntry, PricePlan, UsageInterval
+    from billing.models import Account, PricePlan, UsageInterval
     from scheduling.models import Cluster
     from tenants.choices import TenantKind
     from tenants.models import Tenant
 
-    LedgerEntry.objects.all()._raw_delete(LedgerEntry.objects.db)  # the ledger refuses delete()
-    UsageInterval.objects.all().delete()
-    Account.objects.all().delete()
+    empty_billing_tables()
     PricePlan.objects.all().delete()
     cluster, _ = Cluster.objects.get_or_create(
         slug="bench", defaults={"name": "Bench", "backend": "simulated"}
@@ -146,7 +164,52 @@ def copies_counted(counts: list[int]) -> Iterator[None]:
         counts.append(seen)
 
 
-def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def phases_timed(totals: dict[str, float]) -> Iterator[None]:
+    """Add up, in ``totals``, the seconds settlement spends reading rows, in the rest of a
+    batch's Python (pricing, building the entries), writing entries, writing watermarks and
+    committing; summed over its connections (with two, the sum exceeds the wall time)."""
+    from django.db import transaction
+
+    from billing import services
+
+    lock = threading.Lock()
+    names = {
+        "_rows": "read rows",
+        "_settle_rows": "batch",
+        "_insert_entries": "write entries",
+        "_write_watermarks": "write watermarks",
+    }
+    saved = {name: getattr(services, name) for name in names}
+    exit_atomic = transaction.Atomic.__exit__
+
+    def timed(key: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                with lock:
+                    totals[key] = totals.get(key, 0.0) + time.perf_counter() - began
+
+        return call
+
+    for name, key in names.items():
+        setattr(services, name, timed(key, saved[name]))
+    transaction.Atomic.__exit__ = timed("commit", exit_atomic)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for name, real in saved.items():
+            setattr(services, name, real)
+        transaction.Atomic.__exit__ = exit_atomic  # type: ignore[method-assign]
+        batch = totals.pop("batch", 0.0)
+        written = totals.get("write entries", 0.0) + totals.get("write watermarks", 0.0)
+        if batch:
+            totals["price and build"] = batch - written
+
+
+def measure(label: str, now: dt.datetime, batch: int, phases: bool = False) -> dict[str, Any]:
     """One tick's seconds and statements, on every connection it uses (a settlement on
     PostgreSQL runs its batches on BILLING_SETTLE_WORKERS threads, each with its own).
     Statements are counted by an execute wrapper (``CaptureQueriesContext`` formats every
@@ -170,12 +233,14 @@ def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
         connection.execute_wrappers.append(counted)
 
     copies: list[int] = []
+    totals: dict[str, float] = {}
     postgres = connection.vendor == "postgresql"
     connection_created.connect(wrap)
     try:
         with (
             connection.execute_wrapper(counted),
             copies_counted(copies) if postgres else nullcontext(),
+            phases_timed(totals) if phases else nullcontext(),
         ):
             began = time.perf_counter()
             done = services.settle(now, batch_size=batch)
@@ -189,6 +254,7 @@ def measure(label: str, now: dt.datetime, batch: int) -> dict[str, Any]:
         "queries": count,
         "intervals": done.intervals,
         "entries": done.entries,
+        "phases": ", ".join(f"{k} {v:.2f} s" for k, v in sorted(totals.items())),
     }
 
 
@@ -199,20 +265,12 @@ def build_invoices(n: int) -> dt.date:
     from billing.choices import EntryKind
     from billing.models import (
         Account,
-        Invoice,
-        InvoicedEntry,
-        InvoiceLine,
         LedgerEntry,
         UsageInterval,
     )
     from scheduling.models import Cluster
 
-    InvoiceLine.objects.all().delete()
-    InvoicedEntry.objects.all()._raw_delete(InvoicedEntry.objects.db)
-    Invoice.objects.all()._raw_delete(Invoice.objects.db)
-    LedgerEntry.objects.all()._raw_delete(LedgerEntry.objects.db)
-    UsageInterval.objects.all().delete()
-    Account.objects.all().delete()
+    empty_billing_tables()
     user_model = get_user_model()
     user_model.objects.filter(username__startswith="bench-payer-").delete()
     cluster, _ = Cluster.objects.get_or_create(
@@ -316,6 +374,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--invoices", type=int, default=0, help="close a month of N payers")
     parser.add_argument("--out")
+    parser.add_argument(
+        "--phases", action="store_true", help="also time settlement's phases (slower)"
+    )
     args = parser.parse_args()
     setup_django()
     if args.invoices:
@@ -330,11 +391,12 @@ def main() -> None:
 
     now = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
     build(args.intervals, now)
-    results = [measure("first", now, args.batch)]
-    results.append(measure("next (1 min later)", now + dt.timedelta(minutes=1), args.batch))
-    UsageInterval.objects.update(ended_at=now + dt.timedelta(minutes=1))
-    results.append(measure("closing", now + dt.timedelta(minutes=2), args.batch))
-    results.append(measure("idle", now + dt.timedelta(minutes=3), args.batch))
+    minute = dt.timedelta(minutes=1)
+    results = [measure("first", now, args.batch, args.phases)]
+    results.append(measure("next (1 min later)", now + minute, args.batch, args.phases))
+    UsageInterval.objects.update(ended_at=now + minute)
+    results.append(measure("closing", now + 2 * minute, args.batch, args.phases))
+    results.append(measure("idle", now + 3 * minute, args.batch, args.phases))
     # Summed here: SQLite sums its decimal column in floating point.
     total = sum(LedgerEntry.objects.values_list("amount", flat=True), Decimal(0))
     lines = [
@@ -345,6 +407,7 @@ def main() -> None:
             f"| {r['tick']} | {r['seconds']} | {r['queries']} | {r['intervals']} | {r['entries']} |"
             for r in results
         ),
+        *(f"phases of {r['tick']}: {r['phases']}" for r in results if r["phases"]),
         f"ledger total: {total}",
     ]
     text = "\n".join(lines)
