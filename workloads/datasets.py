@@ -22,12 +22,12 @@ import shutil
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
@@ -48,13 +48,21 @@ def root() -> Path:
 
 def visible_to(user: Any) -> QuerySet[Dataset]:
     """The datasets ``user`` may see and mount."""
+    return visible_among(Dataset.objects.select_related("owner", "tenant"), user)
+
+
+_Shared = TypeVar("_Shared", bound=Model)
+
+
+def visible_among(things: QuerySet[_Shared], user: Any) -> QuerySet[_Shared]:
+    """Of ``things`` shared like datasets (``owner``, ``visibility``, ``tenant``: models
+    too), those ``user`` sees: all for a superuser, none signed out, else ``shared_with``."""
     access = Access.of(user)
-    datasets = Dataset.objects.select_related("owner", "tenant")
     if access.is_superuser:
-        return datasets
+        return things
     if access.user_id is None:
-        return datasets.none()
-    return datasets.filter(shared_with(access))
+        return things.none()
+    return things.filter(shared_with(access))
 
 
 def shared_with(access: Access) -> Q:
@@ -70,9 +78,10 @@ def shared_with(access: Access) -> Q:
     return shared
 
 
-def can_change(user: Any, dataset: Dataset) -> bool:
+def can_change(user: Any, owned: Any) -> bool:
+    """Its owner or a superuser changes a dataset (or a model: anything with an owner)."""
     access = Access.of(user)
-    return access.is_superuser or dataset.owner_id == access.user_id
+    return access.is_superuser or owned.owner_id == access.user_id
 
 
 def check_sharing(access: Access, visibility: Any, tenant: Tenant | None) -> None:

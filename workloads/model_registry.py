@@ -50,18 +50,10 @@ def folder_of(version: ModelVersion) -> Path:
 
 
 def visible_to(user: Any) -> QuerySet[MlModel]:
-    access = Access.of(user)
-    models = MlModel.objects.select_related("owner", "tenant")
-    if access.is_superuser:
-        return models
-    if access.user_id is None:
-        return models.none()
-    return models.filter(datasets.shared_with(access))
+    return datasets.visible_among(MlModel.objects.select_related("owner", "tenant"), user)
 
 
-def can_change(user: Any, model: MlModel) -> bool:
-    access = Access.of(user)
-    return access.is_superuser or model.owner_id == access.user_id
+can_change = datasets.can_change  # the owner or a superuser, as for datasets
 
 
 def create_model(
