@@ -9,6 +9,8 @@ class BackendKind(models.TextChoices):
 
 
 class PlacementPolicy(models.TextChoices):
+    # The default: fgd-mix where some GPU is shared, else binpack (scheduling.placement).
+    AUTO = "auto", _("Automatic: fragmentation-aware (fgd-mix) with shared GPUs, else bin-pack")
     BINPACK = "binpack", _("Bin-pack (fill nodes up)")
     SPREAD = "spread", _("Spread (least allocated)")
     BESTFIT = "bestfit", _("Best fit")

@@ -317,13 +317,15 @@ def free_nodes(
         .values_list("device", "milli", "mem")
     }
     devices: dict[int, list[FreeDevice]] = defaultdict(list)
-    for pk, node_id, index, model, memory in (
+    for pk, node_id, index, model, memory, sharing in (
         GpuDevice.objects.filter(node__in=ids)
         .order_by("node", "index")
-        .values_list("pk", "node_id", "index", "model", "memory_mib")
+        .values_list("pk", "node_id", "index", "model", "memory_mib", "sharing")
     ):
         milli, mem = device_use.get(pk, (0, 0))
-        devices[node_id].append(FreeDevice(pk, index, model, memory, 1000 - milli, memory - mem))
+        devices[node_id].append(
+            FreeDevice(pk, index, model, memory, 1000 - milli, memory - mem, sharing)
+        )
     free = []
     for pk, name, cpu_milli, memory_mib, cordoned in nodes:
         cpu, mem = node_use.get(pk, (0, 0))

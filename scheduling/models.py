@@ -17,7 +17,7 @@ class Cluster(models.Model):
     backend = models.CharField(max_length=16, choices=BackendKind.choices)
     config = models.JSONField(default=dict, blank=True)
     placement_policy = models.CharField(
-        max_length=16, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK
+        max_length=16, choices=PlacementPolicy.choices, default=PlacementPolicy.AUTO
     )
     is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -36,6 +36,19 @@ class Cluster(models.Model):
     @property
     def is_simulated(self) -> bool:
         return self.backend == BackendKind.SIMULATED
+
+    def resolved_placement_policy(self) -> str:
+        """``placement_policy`` with ``auto`` resolved against the inventory (one query):
+        fgd-mix where some GPU of a present node is shared, else binpack. Admission resolves
+        it over the free view it has already read (``scheduling.placement.resolve_policy``)."""
+        from scheduling.placement import SHARED_GPU_POLICY, WHOLE_GPU_POLICY
+
+        if self.placement_policy != PlacementPolicy.AUTO:
+            return self.placement_policy
+        shared = GpuDevice.objects.filter(
+            node__cluster=self, node__gone_at__isnull=True, sharing=GpuSharing.FRACTIONAL
+        ).exists()
+        return SHARED_GPU_POLICY if shared else WHOLE_GPU_POLICY
 
 
 class NodeQuerySet(models.QuerySet["Node"]):

@@ -33,6 +33,7 @@ class FreeDevice:
     memory_mib: int
     free_milli: int  # 1000: untouched
     free_memory_mib: int
+    sharing: str = "fractional"  # GpuSharing: "exclusive", "fractional" or "mig"
 
 
 @dataclass
@@ -138,11 +139,30 @@ def empty_shapes(nodes: Sequence[FreeNode]) -> list[FreeNode]:
                 n.memory_mib,
                 True,
                 [
-                    FreeDevice(d.device_id, d.index, d.model, d.memory_mib, 1000, d.memory_mib)
+                    FreeDevice(
+                        d.device_id, d.index, d.model, d.memory_mib, 1000, d.memory_mib, d.sharing
+                    )
                     for d in n.devices
                 ],
             )
     return list(shapes.values())
+
+
+# What ``Cluster.placement_policy = "auto"`` (the default) means: fgd-mix, which strands the
+# fewest GPUs on fractional workloads (bench/scheduling.md), where some GPU is shared; binpack,
+# Volcano's default node order, where every GPU is handed out whole (nothing to fragment).
+AUTO_POLICY = "auto"
+SHARED_GPU_POLICY = "fgd-mix"
+WHOLE_GPU_POLICY = "binpack"
+
+
+def resolve_policy(policy: str, nodes: Sequence[FreeNode]) -> str:
+    """The scheduler core's policy for a cluster's ``placement_policy`` over ``nodes``:
+    ``auto`` becomes fgd-mix when some device is shared (fractional), else binpack."""
+    if policy != AUTO_POLICY:
+        return policy
+    shared = any(d.sharing == "fractional" for n in nodes for d in n.devices)
+    return SHARED_GPU_POLICY if shared else WHOLE_GPU_POLICY
 
 
 def too_big(nodes: Sequence[FreeNode], res: Resources) -> Reason | None:

@@ -58,6 +58,7 @@ from scheduling.placement import (
     Placement,
     empty_shapes,
     place,
+    resolve_policy,
     share_milli,
     too_big,
 )
@@ -139,6 +140,8 @@ class _Session:
     def __init__(self, cluster: Cluster, nodes: list[FreeNode], waiting: list[Workload]):
         self.cluster = cluster
         self.nodes = nodes
+        # "auto" resolved once per session, over the view just read (no query).
+        self.policy = resolve_policy(cluster.placement_policy, nodes)
         self.shapes = empty_shapes(nodes)
         backend = get_backend(cluster)
         self.apps = backend.apps
@@ -193,7 +196,7 @@ class _Session:
         cluster and placer per distinct shape until the view changes (``changed``)."""
         key = (res, workers)
         if key not in self._placements:
-            self._placements[key] = place(self.nodes, res, workers, self.cluster.placement_policy)
+            self._placements[key] = place(self.nodes, res, workers, self.policy)
         return self._placements[key]
 
     def changed(self) -> None:
@@ -241,7 +244,7 @@ def _compute(cluster: Cluster) -> _Plan | None:
         queues=[q for q, _open in queues.values()],
         jobs=[_job(c, order) for order, c in enumerate(candidates)],
         running=running,
-        policy=cluster.placement_policy,
+        policy=session.policy,
     )
     decision = run_session(snapshot)
     plan.evictions = _evictions(decision.evictions)

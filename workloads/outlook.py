@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scheduling.inventory import free_nodes
 from scheduling.models import Cluster
-from scheduling.placement import FreeNode, place
+from scheduling.placement import FreeNode, place, resolve_policy
 from tenants import quota as quota_math
 from tenants import services as tenant_services
 from tenants.models import Tenant
@@ -133,7 +133,9 @@ def _one(
             R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)),
             **common,
         )
-    placement = place(view.nodes, resources_for(flavor), 1, cluster.placement_policy)
+    placement = place(
+        view.nodes, resources_for(flavor), 1, resolve_policy(cluster.placement_policy, view.nodes)
+    )
     if placement.permanent:
         return Outlook(False, placement.reason, never=True, **common)
     refusal = quota_math.check(request, levels)

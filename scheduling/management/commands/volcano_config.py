@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if cluster is None:
             known = ", ".join(Cluster.objects.values_list("slug", flat=True)) or "none"
             raise CommandError(f"no cluster {options['cluster']!r} (known: {known})")
-        policy = options["policy"] or cluster.placement_policy
+        policy = options["policy"] or cluster.resolved_placement_policy()
         vgpu = not options["no_vgpu"]
         if options["configmap"]:
             self.stdout.write(config_map(policy, vgpu=vgpu), ending="")
