@@ -16,12 +16,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The `local` extra: JupyterLab and matplotlib, for the local backend's notebooks and the
+# replay's plots (the web image goes without them; Dockerfile).
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[local]'
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	$(BIN)/pip install --quiet -e '.[dev,local,torch]'
 	touch $@ $(RUN_STAMP)
 
 install: $(RUN_STAMP)

@@ -1,20 +1,50 @@
 """PNG plots of replays, drawn with matplotlib's object API on the Agg canvas (no pyplot, no
-global backend state, safe in a web process or a test)."""
+global backend state, safe in a web process or a test).
+
+matplotlib is in the `local` extra, not in the web image: it is imported when a plot is drawn,
+and :data:`MISSING` says why there are none where it is absent (the replay then writes its
+CSV and JSON files only).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from .replay import TimeRun
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+MISSING = "matplotlib is not installed (pip install 'quanta[local]'): no PNG plots"
+
+
+class PlotsUnavailable(RuntimeError):
+    """matplotlib is not installed here."""
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(**kwargs: Any) -> Figure:
+    try:
+        from matplotlib.figure import Figure as MatplotlibFigure
+    except ImportError as exc:
+        raise PlotsUnavailable(MISSING) from exc
+    return MatplotlibFigure(**kwargs)
+
 
 def _save(fig: Figure, path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -23,7 +53,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def plot_arrival_curves(curve: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """GPU allocation and fragmentation against arrived workload, one line per policy."""
-    fig = Figure(figsize=(10, 4.2))
+    fig = _figure(figsize=(10, 4.2))
     alloc_ax, frag_ax = fig.subplots(1, 2)
     for policy in dict.fromkeys(row["policy"] for row in curve):
         rows = [row for row in curve if row["policy"] == policy]
@@ -45,7 +75,7 @@ def plot_arrival_curves(curve: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 def plot_unallocated(summary: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
     """Unallocated GPU % at arrived = 100 %: mean and standard deviation per policy."""
-    fig = Figure(figsize=(6, 3.6))
+    fig = _figure(figsize=(6, 3.6))
     ax = fig.subplots()
     names = list(summary)
     means = [summary[n]["unallocated_gpu_pct"]["mean"] for n in names]
@@ -59,7 +89,7 @@ def plot_unallocated(summary: Mapping[str, Mapping[str, Any]], path: Path) -> Pa
 
 def plot_time(runs: Sequence[TimeRun], path: Path) -> Path:
     """Allocated GPU and waiting tasks over trace time, one line per policy (first seed)."""
-    fig = Figure(figsize=(10, 4.2))
+    fig = _figure(figsize=(10, 4.2))
     alloc_ax, wait_ax = fig.subplots(1, 2)
     seen: set[str] = set()
     for run in runs:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import plots
 from .model import Node, TaskRequest
 from .plots import plot_arrival_curves, plot_time, plot_unallocated
 from .replay import (
@@ -71,16 +72,21 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
 
 
 def write_arrival(runs: Sequence[ArrivalRun], out: Path) -> list[Path]:
-    """runs.csv (one row per policy and seed), curve.csv and two PNG plots."""
+    """runs.csv (one row per policy and seed), curve.csv and two PNG plots (where
+    matplotlib is installed)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [{"policy": r.policy, **r.summary()} for r in runs]
     curve = arrival_curve(runs)
-    return [
+    files = [
         _write_csv(out / "arrival_runs.csv", rows),
         _write_csv(out / "arrival_curve.csv", curve),
-        plot_arrival_curves(curve, out / "arrival_allocation.png"),
-        plot_unallocated(summarize_arrival(runs), out / "arrival_unallocated.png"),
     ]
+    if plots.available():  # else the CSV only (plots.MISSING says why)
+        files += [
+            plot_arrival_curves(curve, out / "arrival_allocation.png"),
+            plot_unallocated(summarize_arrival(runs), out / "arrival_unallocated.png"),
+        ]
+    return files
 
 
 def _flat_time(run: TimeRun) -> dict[str, Any]:
@@ -92,10 +98,10 @@ def _flat_time(run: TimeRun) -> dict[str, Any]:
 def write_time(runs: Sequence[TimeRun], out: Path) -> list[Path]:
     """time_runs.csv (one row per policy and seed) and a PNG of allocation and waiting."""
     out.mkdir(parents=True, exist_ok=True)
-    return [
-        _write_csv(out / "time_runs.csv", [_flat_time(r) for r in runs]),
-        plot_time(runs, out / "time_timeline.png"),
-    ]
+    files = [_write_csv(out / "time_runs.csv", [_flat_time(r) for r in runs])]
+    if plots.available():
+        files.append(plot_time(runs, out / "time_timeline.png"))
+    return files
 
 
 def time_summary(runs: Sequence[TimeRun]) -> dict[str, Any]:

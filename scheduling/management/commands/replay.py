@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from scheduling.core import plots
 from scheduling.core.policies import POLICIES, RECOMMENDED
 from scheduling.core.replay import summarize_arrival
 from scheduling.core.report import arrival_runs, time_runs, time_summary, write_arrival, write_time
@@ -96,4 +97,6 @@ class Command(BaseCommand):
         for name, numbers in summary["policies"].items():
             headline = numbers.get("unallocated_gpu_pct") or numbers.get("queueing_delay_mean_s")
             self.stdout.write(f"{name}: {headline}")
+        if not plots.available():
+            self.stderr.write(plots.MISSING)
         self.stdout.write(self.style.SUCCESS("wrote " + ", ".join(str(f) for f in files)))
