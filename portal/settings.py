@@ -332,7 +332,8 @@ PORTAL_URL = envstr("PORTAL_URL", "")
 # --- Static files -------------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# Collected files; the images set it outside DATA_DIR so a data volume never hides them.
+STATIC_ROOT = Path(envstr("STATIC_ROOT", str(DATA_DIR / "staticfiles"))).resolve()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

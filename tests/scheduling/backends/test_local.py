@@ -510,3 +510,25 @@ def test_a_two_process_pytorch_ddp_job_trains_and_both_ranks_log_the_final_loss(
         assert int(found[1]) == rank
         assert abs(float(found[2]) - 3) < 0.05 and abs(float(found[3]) - 1) < 0.05
         assert float(found[4]) < 1e-4
+
+
+def test_a_notebook_listens_on_the_loopback_and_any_backend_over_its_root_finds_it(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    """The reachability rule of docker-compose.yml: the server binds 127.0.0.1 only and the
+    recorded endpoint names 127.0.0.1, so the proxy must share the launcher's network
+    namespace; another process's backend over the same root (the web container's, on the
+    shared DATA_DIR volume, in the shared PID namespace) finds the same endpoint."""
+    backend, handle = notebook
+    listening = {
+        conn.laddr.ip
+        for proc in workload_processes(backend.root.parent)
+        for conn in proc.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    }
+    assert listening == {"127.0.0.1"}
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    assert endpoint.url.startswith("http://127.0.0.1:")
+    other = LocalBackend(backend.root)
+    assert other.endpoint(handle) == endpoint
