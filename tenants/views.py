@@ -6,15 +6,17 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
+from django_cas_ng import views as cas_views
 
 from core import notices
 from tenants import roster, services
+from tenants.auth import SIGN_IN_ERROR
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import ApiToken, Membership, SshKey, Tenant
@@ -183,3 +185,34 @@ def choose_language(request: HttpRequest) -> HttpResponse:
     response = redirect(target)
     response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax")
     return response
+
+
+class CampusCASLoginView(cas_views.LoginView):
+    """django-cas-ng's login (to the CAS server and back with a ticket); a refused or
+    unverifiable ticket returns to the sign-in page with the reason instead of a 403."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("login")
+        try:
+            return super().get(request)
+        except PermissionDenied:
+            reason = getattr(request, SIGN_IN_ERROR, None) or _("Campus sign-in failed.")
+            messages.error(request, reason)
+            return redirect("login")
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("login")
+        return super().post(request)  # the CAS server's single logout (logoutRequest)
+
+
+class CampusCASLogoutView(cas_views.LogoutView):
+    """Sign out of Quanta and, with ``CAS_LOGOUT_COMPLETELY``, of the CAS server too."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("logout")
+        return super().post(request)
