@@ -5,14 +5,14 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
+from tenants.auth import SIGN_IN_ERROR
+
 
 class CampusAuthenticationForm(AuthenticationForm):
     """The sign-in form; when a campus backend says why it refused (the directory is down,
     a local account), that reason replaces "enter a correct username and password"."""
 
     def get_invalid_login_error(self) -> ValidationError:
-        from tenants.auth import SIGN_IN_ERROR
-
         reason = getattr(self.request, SIGN_IN_ERROR, None)
         if reason:
             return ValidationError(reason, code="campus_sign_in")
