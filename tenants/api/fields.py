@@ -23,7 +23,9 @@ class TenantCodeField(serializers.SlugRelatedField[Tenant]):
     def to_internal_value(self, data: Any) -> Tenant:
         if not isinstance(data, str):
             self.fail("invalid")
+        queryset = self.get_queryset()
+        assert queryset is not None  # every use passes one: the field is writable
         try:
-            return self.get_queryset().get(slug__iexact=data.strip())
+            return queryset.get(slug__iexact=data.strip())
         except ObjectDoesNotExist:
             self.fail("does_not_exist", slug_name=self.slug_field, value=smart_str(data))
