@@ -47,8 +47,14 @@ class SshKeyForm(forms.Form):
 
 class RosterForm(forms.Form):
     file = forms.FileField(
-        label=_("Roster CSV"),
+        label=_("Roster file (CSV or Excel .xlsx)"),
         help_text=_("Columns: student_number, name, email, class, and optionally role."),
+        widget=forms.ClearableFileInput(
+            attrs={
+                "accept": ".csv,.xlsx,text/csv,"
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+            }
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils.translation import gettext as _
+from openpyxl import load_workbook
 
 from core.text import unstorable
 
@@ -101,11 +102,9 @@ class _SheetReader:
     ``line_num`` the Excel row number of the row last returned."""
 
     def __init__(self, data: bytes) -> None:
-        from openpyxl import load_workbook
-
         try:
             book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-        except Exception as exc:  # noqa: BLE001 (untrusted file: any failure is the file's)
+        except Exception as exc:
             raise RosterError(
                 _("the file cannot be read as an Excel workbook (.xlsx): %(error)s")
                 % {"error": exc}
@@ -125,7 +124,7 @@ class _SheetReader:
             values = next(self._rows)
         except StopIteration:
             raise
-        except Exception as exc:  # noqa: BLE001 (a malformed sheet inside a valid zip)
+        except Exception as exc:
             raise RosterError(
                 _("row %(n)s cannot be read: %(error)s") % {"n": self.line_num + 1, "error": exc}
             ) from None

@@ -30,4 +30,5 @@ urlpatterns = [
     path("account/ssh-keys/", views.ssh_keys, name="ssh-keys"),
     path("account/ssh-keys/<int:pk>/remove/", views.remove_ssh_key, name="remove-ssh-key"),
     path("roster/import/", views.roster_import, name="roster-import"),
+    path("roster/sample.<str:kind>", views.roster_sample, name="roster-sample"),
 ]

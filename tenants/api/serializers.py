@@ -152,7 +152,9 @@ class SshKeySerializer(serializers.ModelSerializer[SshKey]):
 
 
 class RosterUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(help_text="CSV: student_number, name, email, class[, role]")
+    file = serializers.FileField(
+        help_text="CSV (UTF-8) or Excel .xlsx: student_number, name, email, class[, role]"
+    )
 
 
 class RosterResultSerializer(serializers.Serializer):

@@ -220,7 +220,8 @@ class MembershipViewSet(viewsets.ModelViewSet[Membership]):
 
 
 class RosterImportView(APIView):
-    """Upload a class roster CSV: every row is checked first; nothing is half-imported."""
+    """Upload a class roster (CSV or .xlsx): every row is checked first; nothing is
+    half-imported."""
 
     parser_classes = [StrictMultiPartParser, StrictFormParser]
 

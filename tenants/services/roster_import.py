@@ -13,6 +13,7 @@ from django.db.models.functions import Lower
 from django.utils.translation import gettext as _
 
 from core.audit import record
+from core.text import natural_sort_key
 from tenants import roster
 from tenants.choices import TenantKind
 from tenants.models import Membership, Tenant
@@ -131,4 +132,6 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
             set_membership(actor=actor, tenant=tenant, user=user, role=row.role)
             label = f"{user.username} → {tenant.slug} ({row.role})"
             (result.changed_memberships if current else result.created_memberships).append(label)
+    for names in (result.created_users, result.created_memberships, result.changed_memberships):
+        names.sort(key=natural_sort_key)  # student2 before student10
     return result
