@@ -179,3 +179,16 @@ def test_a_roster_imported_student_lands_in_the_imported_account(
         "ml-101",
         "cs",
     }
+
+
+def test_the_role_rule_never_changes_a_membership_that_exists(
+    client: Client, campus_ldap: Any
+) -> None:
+    from tenants import services
+
+    turing = User.objects.create_user(username="t.turing")  # no password: a campus account
+    services.set_membership(actor=campus_ldap.root, tenant=campus_ldap.dept, user=turing, role="ta")
+
+    assert sign_in(client, "t.turing", "turing-campus-pw").status_code == 302
+
+    assert Membership.objects.get(user=turing, tenant=campus_ldap.dept).role == "ta"
