@@ -318,6 +318,7 @@ def CAS_SESSION_FACTORY() -> object:
 
 CAS_VERIFY_SSL_CERTIFICATE = True
 CAS_REDIRECT_URL = "/"
+CAS_IGNORE_REFERER = True  # after sign-in go to ?next= or "/", never to a Referer's site
 CAS_LOGIN_MSG = None  # django-cas-ng's own messages are English only
 CAS_LOGGED_MSG = None
 CAS_CREATE_USER = True

@@ -286,6 +286,14 @@ class CampusCASLoginView(cas_views.LoginView):
     def get(self, request: HttpRequest) -> HttpResponse:
         if not settings.CAS_ENABLED:
             return redirect("login")
+        # django-cas-ng 5.1.1 follows ?next= unchecked after sign-in: keep it on this site.
+        target = request.GET.get("next")
+        if target and not url_has_allowed_host_and_scheme(
+            target, {request.get_host()}, require_https=request.is_secure()
+        ):
+            query = request.GET.copy()
+            query["next"] = settings.CAS_REDIRECT_URL
+            request.GET = query
         try:
             return super().get(request)
         except PermissionDenied:

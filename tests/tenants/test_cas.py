@@ -281,3 +281,26 @@ def test_a_local_sign_out_button_stays_for_local_accounts(
     client.post("/login/", {"username": "bob", "password": "pw-bob"})
 
     assert 'action="/logout/"' in client.get("/").content.decode()
+
+
+def _sign_in_with_next(client: Client, cas: CASServer, next_url: str) -> Any:
+    start = client.get("/cas/login/", {"next": next_url})
+    at_cas = requests.get(start["Location"], allow_redirects=False, timeout=5)
+    back = urlsplit(at_cas.headers["Location"])
+    return client.get(f"{back.path}?{back.query}")
+
+
+def test_next_is_followed_after_sign_in(client: Client, campus_cas: CASServer) -> None:
+    response = _sign_in_with_next(client, campus_cas, "/account/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/account/"
+    assert signed_in_as(client) == "2024001"
+
+
+def test_next_never_leads_off_the_site(client: Client, campus_cas: CASServer) -> None:
+    response = _sign_in_with_next(client, campus_cas, "https://evil.example/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+    assert signed_in_as(client) == "2024001"
