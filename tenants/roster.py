@@ -16,6 +16,7 @@ import csv
 import datetime
 import io
 import re
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,9 @@ class RosterError(Exception):
 
 XLSX_MAGIC = b"PK\x03\x04"  # an .xlsx is a zip archive
 XLS_MAGIC = b"\xd0\xcf\x11\xe0"  # the old binary .xls (OLE2)
+# A workbook of MAX_ROWS rows unpacks to a few MiB; more is a zip bomb, not a roster. (zipfile
+# never unpacks a member past the size its directory declares, so the sum below holds.)
+MAX_XLSX_UNPACKED = 64 * 1024 * 1024
 
 
 def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
@@ -102,6 +106,19 @@ class _SheetReader:
     ``line_num`` the Excel row number of the row last returned."""
 
     def __init__(self, data: bytes) -> None:
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                unpacked = sum(member.file_size for member in archive.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise RosterError(
+                _("the file cannot be read as an Excel workbook (.xlsx): %(error)s")
+                % {"error": exc}
+            ) from None
+        if unpacked > MAX_XLSX_UNPACKED:
+            raise RosterError(
+                _("the workbook unpacks to more than %(n)s MiB; a roster is far smaller")
+                % {"n": MAX_XLSX_UNPACKED // (1024 * 1024)}
+            )
         try:
             book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
         except Exception as exc:

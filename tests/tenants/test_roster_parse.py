@@ -120,3 +120,16 @@ def test_a_broken_or_old_excel_file_is_refused_with_a_message() -> None:
         parse(b"PK\x03\x04 not really a zip")
     with pytest.raises(RosterError, match=r"old Excel \.xls"):
         parse(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 64)
+
+
+def test_a_workbook_that_unpacks_to_gigabytes_is_refused_before_it_is_read() -> None:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("xl/sharedStrings.xml", b"<a>" + b" " * (80 * 1024 * 1024) + b"</a>")
+    assert len(out.getvalue()) < 1024 * 1024  # small on the wire
+
+    with pytest.raises(RosterError, match="unpacks to more than 64 MiB"):
+        parse(out.getvalue())
