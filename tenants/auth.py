@@ -225,6 +225,10 @@ class CampusLDAPBackend(BaseBackend):
                 size_limit=2,
             )
             entries = list(connection.entries)
+            outcome = connection.result.get("description")
+            if not entries and outcome not in ("success", "sizeLimitExceeded"):
+                # A wrong base DN or an ACL reads as "nobody found": say so in the log.
+                logger.warning("LDAP search for %r answered %s", login, connection.result)
         finally:
             connection.unbind()
         if len(entries) != 1:
