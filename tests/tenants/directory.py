@@ -71,8 +71,9 @@ PEOPLE_LDIF = "\n".join(
 
 
 class Directory:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, anonymous_search: bool = False) -> None:
         self.folder = folder
+        self.anonymous_search = anonymous_search
         self.port = _free_port()
         self.url = f"ldap://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -97,7 +98,9 @@ class Directory:
                     f"directory {self.folder / 'db'}",
                     "maxsize 16777216",
                     "access to attrs=userPassword by self write by anonymous auth by * none",
-                    f'access to * by dn.exact="{SEARCH_DN}" read by self read by * none',
+                    f'access to * by dn.exact="{SEARCH_DN}" read by self read '
+                    + ("by anonymous read " if self.anonymous_search else "")
+                    + "by * none",
                     "",
                 ]
             )

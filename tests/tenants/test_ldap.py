@@ -192,3 +192,34 @@ def test_the_role_rule_never_changes_a_membership_that_exists(
     assert sign_in(client, "t.turing", "turing-campus-pw").status_code == 302
 
     assert Membership.objects.get(user=turing, tenant=campus_ldap.dept).role == "ta"
+
+
+@pytest.fixture(scope="module")
+def open_slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[directory.Directory]:
+    server = directory.Directory(Path(tmp_path_factory.mktemp("slapd")), anonymous_search=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_without_a_search_account_the_directory_is_searched_anonymously(
+    client: Client, campus_ldap: Any, open_slapd: directory.Directory, settings: Any
+) -> None:
+    settings.LDAP_URL = open_slapd.url
+    settings.LDAP_BIND_DN = ""
+    settings.LDAP_BIND_PASSWORD = ""
+
+    assert sign_in(client, "2024001", "wrong").status_code == 200
+    assert sign_in(client, "2024001", "ada-campus-pw").status_code == 302
+    assert signed_in_as(client) == "2024001"
+
+
+def test_a_directory_that_hides_people_from_anonymous_search_finds_nobody(
+    client: Client, campus_ldap: Any, settings: Any
+) -> None:
+    settings.LDAP_BIND_DN = ""  # the closed directory lets only its search account read
+
+    response = sign_in(client, "2024001", "ada-campus-pw")
+
+    assert "Please enter a correct username and password" in response.content.decode()
+    assert signed_in_as(client) is None
