@@ -100,7 +100,7 @@ def class_sessions(tenant: Tenant, *, now: dt.datetime) -> Sessions:
         list(
             Workload.objects.filter(tenant=tenant, state__in=ACTIVE)
             .select_related("owner", "template", "flavor")
-            .order_by("owner__username", "created_at")
+            .order_by("owner__sort_key", "created_at")  # student2 before student10
         )
     )
     for w in sessions.workloads:
