@@ -304,3 +304,24 @@ def test_next_never_leads_off_the_site(client: Client, campus_cas: CASServer) ->
     assert response.status_code == 302
     assert response["Location"] == "/"
     assert signed_in_as(client) == "2024001"
+
+
+def test_the_cas_servers_single_sign_out_ends_the_quanta_session(
+    client: Client, campus_cas: CASServer
+) -> None:
+    service_url = sign_in_at_cas(client, campus_cas)
+    ticket = parse_qs(urlsplit(service_url).query)["ticket"][0]
+    client.get(service_url)
+    assert signed_in_as(client) == "2024001"
+
+    # The CAS server, not the browser, posts the logout request to the service URL.
+    logout_request = (
+        '<samlp:LogoutRequest xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" '
+        'xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="LR-1" Version="2.0" '
+        'IssueInstant="2026-12-01T20:00:00Z"><saml:NameID>@NOT_USED@</saml:NameID>'
+        f"<samlp:SessionIndex>{ticket}</samlp:SessionIndex></samlp:LogoutRequest>"
+    )
+    answer = Client().post("/cas/login/", {"logoutRequest": logout_request})
+
+    assert answer.status_code == 302
+    assert signed_in_as(client) is None
