@@ -53,6 +53,7 @@ class CASServer:
             self.tickets: dict[str, tuple[str, dict[str, Any]]] = {}
             self.logouts: list[str] = []
             self.validations = 0
+            self.validation_paths: list[str] = []
 
     def login(self, query: dict[str, str]) -> tuple[int, dict[str, str], str]:
         service = query.get("service", "")
@@ -99,7 +100,9 @@ class CASServer:
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 if parts.path == "/cas/login":
                     self._answer(*cas.login(query))
-                elif parts.path == "/cas/p3/serviceValidate":
+                elif parts.path in ("/cas/p3/serviceValidate", "/cas/serviceValidate"):
+                    with cas.lock:
+                        cas.validation_paths.append(parts.path)
                     self._answer(*cas.validate(query))
                 elif parts.path == "/cas/logout":
                     with cas.lock:
@@ -198,7 +201,7 @@ def test_a_good_ticket_signs_in_and_maps_the_attributes(
     )
     assert not ada.has_usable_password()
     assert Membership.objects.get(user=ada).role == "student"
-    assert campus_cas.validations == 1
+    assert campus_cas.validation_paths == ["/cas/p3/serviceValidate"]
 
 
 def test_a_teacher_affiliation_maps_to_the_teacher_role(
@@ -325,3 +328,15 @@ def test_the_cas_servers_single_sign_out_ends_the_quanta_session(
 
     assert answer.status_code == 302
     assert signed_in_as(client) is None
+
+
+def test_cas_protocol_2_validates_at_serviceValidate(
+    client: Client, campus_cas: CASServer, settings: Any
+) -> None:
+    settings.CAS_VERSION = "2"
+
+    client.get(sign_in_at_cas(client, campus_cas))
+
+    assert signed_in_as(client) == "2024001"
+    assert User.objects.get(username="2024001").display_name == "Ada Lovelace"
+    assert campus_cas.validation_paths == ["/cas/serviceValidate"]
