@@ -223,3 +223,15 @@ def test_a_directory_that_hides_people_from_anonymous_search_finds_nobody(
 
     assert "Please enter a correct username and password" in response.content.decode()
     assert signed_in_as(client) is None
+
+
+def test_the_directory_down_message_is_translated(
+    client: Client, campus_ldap: Any, settings: Any
+) -> None:
+    settings.LDAP_URL = f"ldap://127.0.0.1:{directory._free_port()}"
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
+
+    page = sign_in(client, "2024001", "ada-campus-pw").content.decode()
+
+    assert "校园账号" in page
+    assert "暂时无法连接校园目录服务" in page
