@@ -293,7 +293,8 @@ class CampusCASLoginView(cas_views.LoginView):
         ):
             query = request.GET.copy()
             query["next"] = settings.CAS_REDIRECT_URL
-            request.GET = query
+            query._mutable = False
+            request.GET = query  # type: ignore[assignment]  # an immutable QueryDict again
         try:
             return super().get(request)
         except PermissionDenied:
