@@ -38,3 +38,13 @@ def first_unstorable(value: Any) -> tuple[str, str] | None:
         elif isinstance(item, list):
             stack.extend((f"{where}.{i}" if where else str(i), c) for i, c in enumerate(item))
     return None
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def natural_sort_key(text: str, width: int = 20) -> str:
+    """``text`` lower-cased with each run of digits padded to ``width``, so that plain string
+    order is natural order: student2 < student10 < student11. (Runs longer than ``width``
+    keep their length and still sort after shorter ones.)"""
+    return _DIGITS.sub(lambda m: m.group().rjust(width, "0"), text.lower())[:255]

@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "core",
     "portal",
     "tenants",
+    "django_cas_ng",  # its tables (CAS session tickets) exist whether CAS is on or not
     "scheduling",
     "workloads",
     "billing",
@@ -262,6 +263,68 @@ OIDC_TIMEOUT = envint("OIDC_TIMEOUT", 10, minimum=1)  # seconds; a hung IdP must
 OIDC_CREATE_USER = True
 LOGIN_REDIRECT_URL_FAILURE = "/login/"
 OIDC_STORE_ID_TOKEN = False
+OIDC_ROLE_CLAIM = envstr("OIDC_ROLE_CLAIM", "")
+
+# What every campus sign-in (OIDC, LDAP, CAS) shares: the role rule (docs/authentication.md).
+# A role attribute value in CAMPUS_TEACHER_VALUES makes a teacher, any other a student; the
+# role becomes a membership of CAMPUS_ROLE_TENANT (a tenant's slug) when that is set.
+CAMPUS_TEACHER_VALUES = envlist("CAMPUS_TEACHER_VALUES", "teacher,faculty")
+CAMPUS_ROLE_TENANT = envstr("CAMPUS_ROLE_TENANT", "")
+
+# Campus sign-in through LDAP: the sign-in form's username and password are checked against
+# the directory (search for the entry, then bind as it). Off unless LDAP_URL is set.
+LDAP_URL = envurl("LDAP_URL", "", ("ldap", "ldaps"))
+LDAP_ENABLED = bool(LDAP_URL)
+LDAP_START_TLS = envbool("LDAP_START_TLS", False)
+LDAP_BIND_DN = envstr("LDAP_BIND_DN", "")
+LDAP_BIND_PASSWORD = envstr("LDAP_BIND_PASSWORD", "")
+LDAP_USER_SEARCH_BASE = envstr("LDAP_USER_SEARCH_BASE", "")
+LDAP_USER_FILTER = envstr("LDAP_USER_FILTER", "(uid={username})")
+LDAP_USERNAME_ATTRIBUTE = envstr("LDAP_USERNAME_ATTRIBUTE", "uid")
+LDAP_NAME_ATTRIBUTE = envstr("LDAP_NAME_ATTRIBUTE", "cn")
+LDAP_EMAIL_ATTRIBUTE = envstr("LDAP_EMAIL_ATTRIBUTE", "mail")
+LDAP_STUDENT_NUMBER_ATTRIBUTE = envstr("LDAP_STUDENT_NUMBER_ATTRIBUTE", "")
+LDAP_ROLE_ATTRIBUTE = envstr("LDAP_ROLE_ATTRIBUTE", "")
+LDAP_TIMEOUT = envint("LDAP_TIMEOUT", 5, minimum=1)  # seconds, to connect and for each answer
+if LDAP_ENABLED:
+    if not LDAP_USER_SEARCH_BASE:
+        raise ConfigError("LDAP_USER_SEARCH_BASE", "is required when LDAP_URL is set")
+    if "{username}" not in LDAP_USER_FILTER:
+        raise ConfigError("LDAP_USER_FILTER", "must contain {username}")
+    AUTHENTICATION_BACKENDS.append("tenants.auth.CampusLDAPBackend")
+
+# Campus sign-in through CAS (统一身份认证), with django-cas-ng. Off unless CAS_SERVER_URL is set.
+CAS_SERVER_URL = envurl("CAS_SERVER_URL", "", ("http", "https"))
+CAS_ENABLED = bool(CAS_SERVER_URL)
+CAS_VERSION = envchoice("CAS_VERSION", "3", ("2", "3"))
+CAS_PROVIDER_NAME = envstr("CAS_PROVIDER_NAME", "Campus sign-in (CAS)")
+# django-cas-ng's name for "the CAS user itself" is "cas:user"; the environment says it empty.
+CAS_USERNAME_ATTRIBUTE = envstr("CAS_USERNAME_ATTRIBUTE", "") or "cas:user"
+CAS_NAME_ATTRIBUTE = envstr("CAS_NAME_ATTRIBUTE", "displayName")
+CAS_EMAIL_ATTRIBUTE = envstr("CAS_EMAIL_ATTRIBUTE", "mail")
+CAS_STUDENT_NUMBER_ATTRIBUTE = envstr("CAS_STUDENT_NUMBER_ATTRIBUTE", "")
+CAS_ROLE_ATTRIBUTE = envstr("CAS_ROLE_ATTRIBUTE", "")
+CAS_LOGOUT_COMPLETELY = envbool("CAS_LOGOUT_COMPLETELY", True)
+CAS_TIMEOUT = envint("CAS_TIMEOUT", 10, minimum=1)  # seconds for ticket validation
+if CAS_SERVER_URL and not CAS_SERVER_URL.endswith("/"):
+    CAS_SERVER_URL += "/"  # the client joins "login", "p3/serviceValidate" onto it
+
+
+def CAS_SESSION_FACTORY() -> object:
+    from tenants.auth import cas_session
+
+    return cas_session()
+
+
+CAS_VERIFY_SSL_CERTIFICATE = True
+CAS_REDIRECT_URL = "/"
+CAS_IGNORE_REFERER = True  # after sign-in go to ?next= or "/", never to a Referer's site
+CAS_LOGIN_MSG = None  # django-cas-ng's own messages are English only
+CAS_LOGGED_MSG = None
+CAS_CREATE_USER = True
+CAS_ADMIN_REDIRECT = False
+if CAS_ENABLED:
+    AUTHENTICATION_BACKENDS.append("tenants.auth.CampusCASBackend")
 
 # --- REST API -----------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -2,7 +2,8 @@
 # `make apps`: what the browser apps need beyond Python, from the registries only.
 #
 # * Debian packages (when root with apt-get): the desktop (TigerVNC, openbox, noVNC, xterm),
-#   ripgrep for VS Code's search, bubblewrap for the workload sandbox.
+#   ripgrep for VS Code's search, bubblewrap for the workload sandbox, OpenLDAP's slapd and
+#   ldap-utils for the LDAP sign-in tests (tests/tenants/directory.py starts its own slapd).
 # * code-server (VS Code in the browser) from the npm registry into .apps/code-server. npm's
 #   install scripts are NOT run: code-server's postinstall would run npm again, and
 #   @vscode/ripgrep's downloads ripgrep from GitHub. Instead this script installs VS Code's
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 APPS_DIR="${APPS_DIR:-.apps}"
 CODE_SERVER_VERSION="${CODE_SERVER_VERSION:-4.100.3}"
 # One list; add packages here.
-DEBIAN_PACKAGES="${DEBIAN_PACKAGES:-bubblewrap tigervnc-standalone-server tigervnc-tools novnc ripgrep xterm openbox openssh-sftp-server xauth x11-utils}"
+DEBIAN_PACKAGES="${DEBIAN_PACKAGES:-bubblewrap tigervnc-standalone-server tigervnc-tools novnc ripgrep xterm openbox openssh-sftp-server xauth x11-utils slapd ldap-utils}"
 STAMP="$APPS_DIR/.stamp-$CODE_SERVER_VERSION"
 
 say() { printf 'make apps: %s\n' "$*"; }

@@ -13,6 +13,7 @@ class QuantaUserAdmin(UserAdmin):
     )
     list_display = ("username", "display_name", "email", "student_number", "is_superuser")
     search_fields = ("username", "display_name", "email", "student_number")
+    ordering = ("sort_key",)  # student2 before student10
 
 
 class QuotaInline(admin.StackedInline):

@@ -1,7 +1,22 @@
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
+
+from tenants.auth import SIGN_IN_ERROR
+
+
+class CampusAuthenticationForm(AuthenticationForm):
+    """The sign-in form; when a campus backend says why it refused (the directory is down,
+    a local account), that reason replaces "enter a correct username and password"."""
+
+    def get_invalid_login_error(self) -> ValidationError:
+        reason = getattr(self.request, SIGN_IN_ERROR, None)
+        if reason:
+            return ValidationError(reason, code="campus_sign_in")
+        return super().get_invalid_login_error()
 
 
 class ApiTokenForm(forms.Form):
@@ -32,8 +47,14 @@ class SshKeyForm(forms.Form):
 
 class RosterForm(forms.Form):
     file = forms.FileField(
-        label=_("Roster CSV"),
+        label=_("Roster file (CSV or Excel .xlsx)"),
         help_text=_("Columns: student_number, name, email, class, and optionally role."),
+        widget=forms.ClearableFileInput(
+            attrs={
+                "accept": ".csv,.xlsx,text/csv,"
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+            }
+        ),
     )
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
+from core.text import natural_sort_key
 from tenants.choices import Role, TenantKind
 
 
@@ -22,9 +26,19 @@ class User(AbstractUser):
         _("language"), max_length=10, choices=settings.LANGUAGES, blank=True
     )
     time_zone = models.CharField(_("time zone"), max_length=64, blank=True)
+    # The username with its numbers padded, so that lists sort student2 before student10
+    # in the database (and so in paginated API lists) on SQLite and PostgreSQL alike.
+    sort_key = models.CharField(max_length=255, editable=False, db_index=True, default="")
 
     def __str__(self) -> str:
         return self.display_name or self.get_full_name() or self.username
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.sort_key = natural_sort_key(self.username)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "username" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "sort_key"}
+        super().save(*args, **kwargs)
 
 
 class Tenant(models.Model):
@@ -57,7 +71,10 @@ class Tenant(models.Model):
                 | models.Q(term_end__isnull=True)
                 | models.Q(term_end__gte=models.F("term_start")),
                 name="tenant_term_ends_after_start",
-            )
+            ),
+            # Class codes are typed by people ("ML-101" for "ml-101"): a code names one
+            # tenant whatever its letter case, so a lookup ignoring case is never ambiguous.
+            models.UniqueConstraint(Lower("slug"), name="tenant_slug_unique_ignoring_case"),
         ]
 
     def __str__(self) -> str:
@@ -84,7 +101,7 @@ class Membership(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["tenant__path", "user__username"]
+        ordering = ["tenant__path", "user__sort_key"]
         constraints = [
             models.UniqueConstraint(fields=["user", "tenant"], name="one_role_per_user_and_tenant")
         ]

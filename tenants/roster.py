@@ -1,4 +1,8 @@
-"""Parse and validate a class roster CSV, with no database access.
+"""Parse and validate a class roster, CSV or Excel (.xlsx), with no database access.
+
+Both kinds go through the same reader: an .xlsx workbook's first sheet is read as rows of
+text (a student number Excel stored as a number reads as its digits), and its rows are
+reported by their row numbers in Excel, as a CSV's are by their line numbers.
 
 The file has a header row with the columns ``student_number, name, email, class`` (any
 order, any case) and optionally ``role`` (student, ta or teacher; student when empty).
@@ -9,12 +13,16 @@ number, so a teacher can fix the file and upload it again.
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import re
+import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils.translation import gettext as _
+from openpyxl import load_workbook
 
 from core.text import unstorable
 
@@ -56,8 +64,23 @@ class RosterError(Exception):
     """The file as a whole cannot be read (no header, wrong encoding, too large)."""
 
 
+XLSX_MAGIC = b"PK\x03\x04"  # an .xlsx is a zip archive
+XLS_MAGIC = b"\xd0\xcf\x11\xe0"  # the old binary .xls (OLE2)
+# A workbook of MAX_ROWS rows unpacks to a few MiB; more is a zip bomb, not a roster. (zipfile
+# never unpacks a member past the size its directory declares, so the sum below holds.)
+MAX_XLSX_UNPACKED = 64 * 1024 * 1024
+
+
 def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
-    """Return the valid rows and the errors; the caller imports only if there are no errors."""
+    """Return the valid rows and the errors; the caller imports only if there are no errors.
+
+    ``data`` is a CSV (UTF-8) or an .xlsx workbook, told apart by their first bytes."""
+    if isinstance(data, bytes) and data.startswith(XLSX_MAGIC):
+        return _parse(_SheetReader(data))
+    if isinstance(data, bytes) and data.startswith(XLS_MAGIC):
+        raise RosterError(
+            _("this is an old Excel .xls file; save it as Excel Workbook (.xlsx) or CSV UTF-8")
+        )
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8-sig")
@@ -78,8 +101,78 @@ def parse(data: bytes | str) -> tuple[list[RosterRow], list[RowError]]:
         ) from None
 
 
+class _SheetReader:
+    """The first worksheet of an .xlsx as csv.reader would give it: lists of strings, with
+    ``line_num`` the Excel row number of the row last returned."""
+
+    def __init__(self, data: bytes) -> None:
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                unpacked = sum(member.file_size for member in archive.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise RosterError(
+                _("the file cannot be read as an Excel workbook (.xlsx): %(error)s")
+                % {"error": exc}
+            ) from None
+        if unpacked > MAX_XLSX_UNPACKED:
+            raise RosterError(
+                _("the workbook unpacks to more than %(n)s MiB; a roster is far smaller")
+                % {"n": MAX_XLSX_UNPACKED // (1024 * 1024)}
+            )
+        try:
+            book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        except Exception as exc:
+            raise RosterError(
+                _("the file cannot be read as an Excel workbook (.xlsx): %(error)s")
+                % {"error": exc}
+            ) from None
+        sheet = book.worksheets[0] if book.worksheets else None
+        if sheet is None:
+            raise RosterError(_("the workbook has no worksheet"))
+        self._rows = sheet.iter_rows(values_only=True)
+        self._width: int | None = None
+        self.line_num = 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            values = next(self._rows)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            raise RosterError(
+                _("row %(n)s cannot be read: %(error)s") % {"n": self.line_num + 1, "error": exc}
+            ) from None
+        cells = [_cell_text(value) for value in values]
+        self.line_num += 1
+        if self._width is None:  # the header: its trailing empty columns are not columns
+            while cells and not cells[-1].strip():
+                cells.pop()
+            self._width = len(cells)
+        elif len(cells) > self._width and not any(c.strip() for c in cells[self._width :]):
+            cells = cells[: self._width]  # a sheet's used range is often wider than its data
+        return cells
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).upper()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # 2024001.0: Excel keeps every number as a float
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
 def _parse(reader: Any) -> tuple[list[RosterRow], list[RowError]]:
-    header = next(reader)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise RosterError(_("the file is empty")) from None
     columns = [name.strip().lower() for name in header]
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:

@@ -2,11 +2,20 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from tenants import views
+from tenants.forms import CampusAuthenticationForm
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("notices/read/", views.read_notices, name="notices-read"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            redirect_authenticated_user=True, authentication_form=CampusAuthenticationForm
+        ),
+        name="login",
+    ),
+    path("cas/login/", views.CampusCASLoginView.as_view(), name="cas_ng_login"),
+    path("cas/logout/", views.CampusCASLogoutView.as_view(), name="cas_ng_logout"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path(
@@ -21,4 +30,5 @@ urlpatterns = [
     path("account/ssh-keys/", views.ssh_keys, name="ssh-keys"),
     path("account/ssh-keys/<int:pk>/remove/", views.remove_ssh_key, name="remove-ssh-key"),
     path("roster/import/", views.roster_import, name="roster-import"),
+    path("roster/sample.<str:kind>", views.roster_sample, name="roster-sample"),
 ]

@@ -3,18 +3,25 @@ import."""
 
 from __future__ import annotations
 
+import csv
+import io
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
+from django_cas_ng import views as cas_views
+from openpyxl import Workbook
 
 from core import notices
 from tenants import roster, services
+from tenants.auth import SIGN_IN_ERROR
+from tenants.choices import TenantKind
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import ApiToken, Membership, SshKey, Tenant
@@ -142,9 +149,96 @@ def roster_import(request: AuthenticatedHttpRequest) -> HttpResponse:
             form.add_error("file", str(exc))
         except services.RosterRejected as exc:
             row_errors = exc.errors
+    access = Access.of(request.user)
+    classes = [
+        t
+        for t in Tenant.objects.filter(access.managed_tenants(), kind__in=ROSTER_KINDS).order_by(
+            "slug"
+        )
+        if access.can_manage(t)
+    ]
     return render(
-        request, "tenants/roster.html", {"form": form, "result": result, "row_errors": row_errors}
+        request,
+        "tenants/roster.html",
+        {
+            "form": form,
+            "result": result,
+            "row_errors": row_errors,
+            "classes": classes,
+            "campus_sign_in": campus_sign_in(),
+        },
     )
+
+
+ROSTER_KINDS = (TenantKind.CLASS, TenantKind.PROJECT)
+SAMPLE_HEADER = ["student_number", "name", "email", "class", "role"]
+
+
+def campus_sign_in() -> list[str]:
+    """How people without a password sign in here, one sentence per configured way."""
+    ways = []
+    if settings.LDAP_ENABLED:
+        ways.append(
+            _(
+                "With their campus account: on the sign-in page they type their student "
+                "number and their campus password."
+            )
+        )
+    if settings.CAS_ENABLED:
+        ways.append(
+            _("With the “%(button)s” button on the sign-in page.")
+            % {"button": settings.CAS_PROVIDER_NAME}
+        )
+    if settings.OIDC_ENABLED:
+        ways.append(
+            _("With the “%(button)s” button on the sign-in page.")
+            % {"button": settings.OIDC_PROVIDER_NAME}
+        )
+    return ways
+
+
+def _sample_rows(request: AuthenticatedHttpRequest) -> list[list[str]]:
+    access = Access.of(request.user)
+    mine = Tenant.objects.filter(access.managed_tenants(), kind__in=ROSTER_KINDS).first()
+    code = mine.slug if mine else "ml-101"
+    return [
+        SAMPLE_HEADER,
+        ["2024001", "张三", "zhangsan@campus.example", code, "student"],
+        ["2024002", "Li Si", "lisi@campus.example", code, "student"],
+        ["2024003", "Wang Wu", "wangwu@campus.example", code, "ta"],
+    ]
+
+
+@login_required
+def roster_sample(request: AuthenticatedHttpRequest, kind: str) -> HttpResponse:
+    """A sample roster to fill in: CSV (UTF-8 with a byte order mark, so Excel shows the
+    Chinese name) or an Excel workbook, with the teacher's own class code in it."""
+    if kind not in ("csv", "xlsx"):
+        raise Http404
+    if not Access.of(request.user).manages_anything():
+        return HttpResponseForbidden(_("Only teachers and admins import rosters."))
+    rows = _sample_rows(request)
+    if kind == "csv":
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\r\n").writerows(rows)
+        response = HttpResponse(
+            ("\ufeff" + out.getvalue()).encode(), content_type="text/csv; charset=utf-8"
+        )
+    else:
+        book = Workbook()
+        sheet = book.active
+        assert sheet is not None  # a new workbook has one sheet
+        sheet.title = "roster"
+        for row in rows:
+            sheet.append(row)
+        data = io.BytesIO()
+        book.save(data)
+        response = HttpResponse(
+            data.getvalue(),
+            content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        )
+    response["Content-Disposition"] = f'attachment; filename="roster-sample.{kind}"'
+    return response
 
 
 @login_required
@@ -183,3 +277,43 @@ def choose_language(request: HttpRequest) -> HttpResponse:
     response = redirect(target)
     response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax")
     return response
+
+
+class CampusCASLoginView(cas_views.LoginView):
+    """django-cas-ng's login (to the CAS server and back with a ticket); a refused or
+    unverifiable ticket returns to the sign-in page with the reason instead of a 403."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("login")
+        # django-cas-ng 5.1.1 follows ?next= unchecked after sign-in: keep it on this site.
+        target = request.GET.get("next")
+        if target and not url_has_allowed_host_and_scheme(
+            target, {request.get_host()}, require_https=request.is_secure()
+        ):
+            query = request.GET.copy()
+            query["next"] = settings.CAS_REDIRECT_URL
+            query._mutable = False
+            request.GET = query  # type: ignore[assignment]  # an immutable QueryDict again
+        try:
+            return super().get(request)
+        except PermissionDenied:
+            reason = getattr(request, SIGN_IN_ERROR, None) or _("Campus sign-in failed.")
+            messages.error(request, reason)
+            return redirect("login")
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("login")
+        return super().post(request)  # the CAS server's single logout (logoutRequest)
+
+
+class CampusCASLogoutView(cas_views.LogoutView):
+    """Sign out of Quanta and, with ``CAS_LOGOUT_COMPLETELY``, of the CAS server too."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        if not settings.CAS_ENABLED:
+            return redirect("logout")
+        return super().post(request)

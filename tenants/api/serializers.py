@@ -6,6 +6,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from tenants.api.fields import TenantCodeField
 from tenants.choices import Role
 from tenants.models import ApiToken, Membership, Quota, SshKey, Tenant, User
 from tenants.permissions import Access
@@ -32,8 +33,8 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
     # The stubs give every Field the attribute ``parent`` (the serializer it is bound to), so a
     # declared field of that name reads as a clash; there is none at run time, as DRF's
     # SerializerMetaclass pops declared fields off the class.
-    parent = serializers.SlugRelatedField(  # type: ignore[assignment]
-        slug_field="slug", queryset=Tenant.objects.all(), required=False, allow_null=True
+    parent = TenantCodeField(  # type: ignore[assignment]
+        queryset=Tenant.objects.all(), required=False, allow_null=True
     )
     my_role = serializers.SerializerMethodField()
 
@@ -72,14 +73,12 @@ class MoveSerializer(serializers.Serializer):
     # The stubs give every Field the attribute ``parent`` (the serializer it is bound to), so a
     # declared field of that name reads as a clash; there is none at run time, as DRF's
     # SerializerMetaclass pops declared fields off the class.
-    parent = serializers.SlugRelatedField(  # type: ignore[assignment]
-        slug_field="slug", queryset=Tenant.objects.all()
-    )
+    parent = TenantCodeField(queryset=Tenant.objects.all())  # type: ignore[assignment]
 
 
 class MembershipSerializer(serializers.ModelSerializer[Membership]):
     user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    tenant = TenantCodeField(queryset=Tenant.objects.all())
     role = serializers.ChoiceField(choices=Role.choices)
 
     class Meta:
@@ -153,7 +152,9 @@ class SshKeySerializer(serializers.ModelSerializer[SshKey]):
 
 
 class RosterUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(help_text="CSV: student_number, name, email, class[, role]")
+    file = serializers.FileField(
+        help_text="CSV (UTF-8) or Excel .xlsx: student_number, name, email, class[, role]"
+    )
 
 
 class RosterResultSerializer(serializers.Serializer):

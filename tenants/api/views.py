@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.db.models import Q, QuerySet
+from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -40,7 +41,7 @@ def caller(request: Request) -> User:
 
 
 class TenantFilter(filters.FilterSet):
-    parent = filters.CharFilter(field_name="parent__slug")
+    parent = filters.CharFilter(field_name="parent__slug", lookup_expr="iexact")
     within = filters.CharFilter(method="filter_within", label="slug of a tenant: its subtree")
 
     class Meta:
@@ -48,7 +49,7 @@ class TenantFilter(filters.FilterSet):
         fields = ["kind", "is_active", "parent", "within"]
 
     def filter_within(self, queryset: QuerySet[Tenant], name: str, value: str) -> QuerySet[Tenant]:
-        root = Tenant.objects.filter(slug=value).first()
+        root = Tenant.objects.filter(slug__iexact=value).first()
         return queryset.filter(path__startswith=root.path) if root else queryset.none()
 
 
@@ -65,6 +66,14 @@ class TenantViewSet(viewsets.ModelViewSet[Tenant]):
         return Tenant.objects.filter(access(self.request).visible_tenants()).select_related(
             "parent"
         )
+
+    def get_object(self) -> Tenant:
+        """By slug, in any letter case (``/tenants/ML-101/`` is ``ml-101``)."""
+        tenant = get_object_or_404(
+            self.filter_queryset(self.get_queryset()), slug__iexact=self.kwargs["slug"]
+        )
+        self.check_object_permissions(self.request, tenant)
+        return tenant
 
     def perform_create(self, serializer: BaseSerializer[Tenant]) -> None:
         data = serializer.validated_data
@@ -130,7 +139,7 @@ class TenantViewSet(viewsets.ModelViewSet[Tenant]):
 
 
 class MembershipFilter(filters.FilterSet):
-    tenant = filters.CharFilter(field_name="tenant__slug")
+    tenant = filters.CharFilter(field_name="tenant__slug", lookup_expr="iexact")
     user = filters.CharFilter(field_name="user__username")
     within = filters.CharFilter(method="filter_within", label="slug of a tenant: its subtree")
 
@@ -141,7 +150,7 @@ class MembershipFilter(filters.FilterSet):
     def filter_within(
         self, queryset: QuerySet[Membership], name: str, value: str
     ) -> QuerySet[Membership]:
-        root = Tenant.objects.filter(slug=value).first()
+        root = Tenant.objects.filter(slug__iexact=value).first()
         return queryset.filter(tenant__path__startswith=root.path) if root else queryset.none()
 
 
@@ -211,7 +220,8 @@ class MembershipViewSet(viewsets.ModelViewSet[Membership]):
 
 
 class RosterImportView(APIView):
-    """Upload a class roster CSV: every row is checked first; nothing is half-imported."""
+    """Upload a class roster (CSV or .xlsx): every row is checked first; nothing is
+    half-imported."""
 
     parser_classes = [StrictMultiPartParser, StrictFormParser]
 
@@ -257,9 +267,9 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet[User]):
         me = access(self.request)
         users = User.objects.all()
         if me.is_superuser:
-            return users.order_by("username")
+            return users.order_by("sort_key")  # natural order: student2 before student10
         managed = me.tenant_filter(prefix="memberships__tenant__", roles=MANAGING_ROLES)
-        return users.filter(managed | Q(pk=self.request.user.pk)).distinct().order_by("username")
+        return users.filter(managed | Q(pk=self.request.user.pk)).distinct().order_by("sort_key")
 
     @action(detail=False)
     def me(self, request: Request) -> Response:

@@ -9,9 +9,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Lower
 from django.utils.translation import gettext as _
 
 from core.audit import record
+from core.text import natural_sort_key
 from tenants import roster
 from tenants.choices import TenantKind
 from tenants.models import Membership, Tenant
@@ -43,10 +45,14 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
     """
     rows, errors = roster.parse(data)
     access = Access.of(actor)
-    slugs = {row.class_slug for row in rows}
-    classes = {t.slug: t for t in Tenant.objects.filter(slug__in=slugs)}
+    # Class codes in any letter case: the page shows "ML-101" for the class ml-101.
+    codes = {row.class_slug.lower() for row in rows}
+    classes = {
+        t.slug.lower(): t
+        for t in Tenant.objects.annotate(code=Lower("slug")).filter(code__in=codes)
+    }
     for row in rows:
-        tenant = classes.get(row.class_slug)
+        tenant = classes.get(row.class_slug.lower())
         if (
             tenant is None
             or not access.can_view(tenant)
@@ -114,11 +120,11 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
                         "user.create",
                         actor=actor,
                         target=user,
-                        tenant=classes[row.class_slug],
+                        tenant=classes[row.class_slug.lower()],
                         source="roster",
                     )
                 existing[user.username] = user
-            tenant = classes[row.class_slug]
+            tenant = classes[row.class_slug.lower()]
             current = Membership.objects.filter(user=user, tenant=tenant).first()
             if current is not None and current.role == row.role:
                 result.unchanged += 1
@@ -126,4 +132,6 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
             set_membership(actor=actor, tenant=tenant, user=user, role=row.role)
             label = f"{user.username} → {tenant.slug} ({row.role})"
             (result.changed_memberships if current else result.created_memberships).append(label)
+    for names in (result.created_users, result.created_memberships, result.changed_memberships):
+        names.sort(key=natural_sort_key)  # student2 before student10
     return result

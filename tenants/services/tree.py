@@ -39,7 +39,7 @@ def _check_term(term_start: dt.date | None, term_end: dt.date | None) -> None:
 
 
 def _check_slug_free(slug: str, exclude: Tenant | None = None) -> None:
-    taken = Tenant.objects.filter(slug=slug)
+    taken = Tenant.objects.filter(slug__iexact=slug)  # codes are typed in any case
     if exclude is not None:
         taken = taken.exclude(pk=exclude.pk)
     if taken.exists():

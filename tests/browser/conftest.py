@@ -192,7 +192,7 @@ def _server_env(data_dir: Path, password: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k not in QUANTA_SETTINGS
-        and not k.startswith("OIDC_")
+        and not k.startswith(("OIDC_", "LDAP_", "CAS_", "CAMPUS_"))
         and not (k.endswith("_FILE") and k[:-5] in QUANTA_SETTINGS)
     }
     env.update(

@@ -508,3 +508,20 @@ def test_an_identity_provider_that_refuses_the_client_gives_a_failed_sign_in_not
     assert response.status_code == 302 and response["Location"] == "/login/"
     assert "identity provider answered" in caplog.text
     assert who_am_i(client).status_code == 401
+
+
+@pytest.mark.django_db
+def test_the_role_claim_maps_to_a_membership_of_the_campus_role_tenant(
+    client: Client, campus: CampusProvider, settings: Any, world: Any
+) -> None:
+    from tenants.models import Membership
+
+    settings.OIDC_ROLE_CLAIM = "affiliation"
+    settings.CAMPUS_TEACHER_VALUES = ["faculty"]
+    settings.CAMPUS_ROLE_TENANT = "CS"  # a slug in any letter case
+    campus.person = dict(ADA) | {"affiliation": ["member", "Faculty"]}
+
+    assert sign_in(client, campus).status_code == 302
+
+    membership = Membership.objects.get(user__username="ada.lovelace")
+    assert (membership.tenant, membership.role) == (world.dept, "teacher")

@@ -95,3 +95,25 @@ def test_the_roster_page_shows_row_errors_and_imports_nothing(world, client) -> 
 def test_the_roster_page_is_closed_to_students(world, client) -> None:
     client.force_login(world.bob)
     assert client.get("/roster/import/").status_code == 403
+
+
+def test_the_api_takes_an_xlsx_roster_too(world, api) -> None:
+    import io
+
+    from openpyxl import Workbook
+
+    book = Workbook()
+    for row in (
+        ("student_number", "name", "email", "class"),
+        (2024001, "Ann", "a@uni.example", "ML-101"),
+    ):
+        book.active.append(list(row))
+    data = io.BytesIO()
+    book.save(data)
+    response = api(world.alice).post(
+        "/api/v1/roster-import/",
+        {"file": SimpleUploadedFile("roster.xlsx", data.getvalue())},
+        format="multipart",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["created_memberships"] == ["2024001 → ml-101 (student)"]

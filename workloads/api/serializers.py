@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.models import Cluster, PriorityClass
+from tenants.api.fields import TenantCodeField
 from tenants.models import Tenant, User
 from workloads import windows
 from workloads.choices import State, WorkloadKind
@@ -107,7 +108,7 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
 
 class GrantSerializer(serializers.ModelSerializer[Grant]):
     template = serializers.SlugRelatedField(slug_field="slug", queryset=AppTemplate.objects.all())
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    tenant = TenantCodeField(queryset=Tenant.objects.all())
     flavors = serializers.SlugRelatedField(
         slug_field="slug", many=True, queryset=Flavor.objects.all()
     )

@@ -100,7 +100,7 @@ def class_sessions(tenant: Tenant, *, now: dt.datetime) -> Sessions:
         list(
             Workload.objects.filter(tenant=tenant, state__in=ACTIVE)
             .select_related("owner", "template", "flavor")
-            .order_by("owner__username", "created_at")
+            .order_by("owner__sort_key", "created_at")  # student2 before student10
         )
     )
     for w in sessions.workloads:
@@ -123,7 +123,7 @@ def class_roster(tenant: Tenant, sessions: Sessions, *, viewer: Any) -> list[dic
     access = Access.of(viewer)
     memberships = sorted(
         Membership.objects.filter(tenant=tenant).select_related("user"),
-        key=lambda m: (-ROLE_RANK[Role(m.role)], m.user.username),
+        key=lambda m: (-ROLE_RANK[Role(m.role)], m.user.sort_key),  # student2 < student10
     )
     usage = {u.user_id: u for u in MemberUsage.objects.filter(tenant=tenant).select_related("user")}
     held, running = sessions.held, sessions.running

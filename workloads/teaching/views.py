@@ -42,7 +42,7 @@ User = get_user_model()
 
 def _managed_tenant(request: HttpRequest, slug: str) -> Tenant:
     tenant = (
-        Tenant.objects.filter(slug=slug, kind__in=queries.TEACHING_KINDS)
+        Tenant.objects.filter(slug__iexact=slug, kind__in=queries.TEACHING_KINDS)
         .select_related("parent", "quota")
         .first()
     )
