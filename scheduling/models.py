@@ -7,6 +7,7 @@ from django.db.models import Prefetch, Q, Sum
 from django.db.models.functions import Coalesce
 
 from scheduling.choices import BackendKind, GpuSharing, PlacementPolicy
+from scheduling.placement import SHARED_GPU_POLICY, WHOLE_GPU_POLICY
 
 
 class Cluster(models.Model):
@@ -41,8 +42,6 @@ class Cluster(models.Model):
         """``placement_policy`` with ``auto`` resolved against the inventory (one query):
         fgd-mix where some GPU of a present node is shared, else binpack. Admission resolves
         it over the free view it has already read (``scheduling.placement.resolve_policy``)."""
-        from scheduling.placement import SHARED_GPU_POLICY, WHOLE_GPU_POLICY
-
         if self.placement_policy != PlacementPolicy.AUTO:
             return self.placement_policy
         shared = GpuDevice.objects.filter(
