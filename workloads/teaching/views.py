@@ -100,6 +100,9 @@ def dashboard(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
         {
             "tenant": tenant,
             "sessions": sessions.workloads,
+            "low_gpu": sessions.low_gpu,
+            "low_gpu_percent": queries.LOW_GPU_PERCENT,
+            "low_gpu_minutes": queries.LOW_GPU_MINUTES,
             "roster": roster,
             "gpu_hours": queries.used_gpu_hours(tenant) + sum(sessions.held.values(), Decimal(0)),
             "spend": spend_of(tenant),
