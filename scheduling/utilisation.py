@@ -1,8 +1,9 @@
 """GPU utilisation per device: read from the cluster's backend (``UtilisationBackend``:
 NVML, DCGM through Prometheus, or the simulation) and kept as a short history.
 
-Rows stay bounded: readings are kept as taken for ``GPU_FULL_RESOLUTION_MINUTES``, averaged
-into one row per ``GPU_DOWNSAMPLE_MINUTES`` after that, and deleted after
+Rows stay bounded: readings are kept as taken for ``GPU_FULL_RESOLUTION_MINUTES`` (and up to
+one bucket more), averaged into one row per ``GPU_DOWNSAMPLE_MINUTES`` after that (a bucket
+once it is wholly past that window), and deleted after
 ``GPU_HISTORY_HOURS`` (``compact``). A device therefore holds at most about
 full-resolution / sample-interval + history / bucket rows, whatever the uptime.
 """
@@ -87,8 +88,11 @@ def compact(model: type[models.Model], key: str, now: dt.datetime | None = None)
     manager = model._default_manager
     kept_from = now - dt.timedelta(hours=settings.GPU_HISTORY_HOURS)
     deleted, _ = manager.filter(time__lt=kept_from).delete()
-    cutoff = now - dt.timedelta(minutes=settings.GPU_FULL_RESOLUTION_MINUTES)
     step = int(bucket.total_seconds())
+    # Whole buckets only, each once: the boundary is the start of the bucket the
+    # full-resolution window's edge falls in.
+    edge = (now - dt.timedelta(minutes=settings.GPU_FULL_RESOLUTION_MINUTES)).timestamp()
+    cutoff = dt.datetime.fromtimestamp(edge // step * step, tz=dt.UTC)
     rows = list(
         manager.filter(time__lt=cutoff, span_seconds__lt=step).values_list(
             "pk", f"{key}_id", "time", "utilisation", "memory_used_mib"

@@ -96,7 +96,9 @@ def idle_since(
     from its start or from when its owner last kept it, whichever is later. None while it is
     busy, or when there is no recent reading (no source: never idle on GPU grounds)."""
     now = now or timezone.now()
-    start = max(t for t in (workload.started_at, workload.gpu_kept_at, workload.created_at) if t)
+    start = workload.started_at or workload.created_at
+    if workload.gpu_kept_at and workload.gpu_kept_at > start:
+        start = workload.gpu_kept_at
     samples = WorkloadGpuSample.objects.filter(workload=workload, time__gte=start)
     newest = samples.order_by("-time").first()
     if newest is None or newest.time < fresh_after(now) or newest.utilisation >= threshold:
