@@ -9,7 +9,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 from django.utils import timezone
 
@@ -328,3 +328,41 @@ def test_the_hosts_page_shows_each_devices_utilisation_to_admins_only(
 def test_the_hosts_page_says_when_there_is_no_reading(world, catalog, backend) -> None:
     page = _client(world.root).get("/console/hosts/").content.decode()
     assert page.count("No utilisation reading.") == 2
+
+
+def test_a_teacher_sets_the_gpu_rule_of_a_grant(world, catalog) -> None:
+    from workloads import grants
+
+    with pytest.raises(ValidationError) as error:
+        grants.update_grant(actor=world.alice, grant=catalog.grant, gpu_idle_percent=101)
+    assert "gpu_idle_percent" in error.value.message_dict
+    with pytest.raises(ValidationError):
+        grants.update_grant(actor=world.alice, grant=catalog.grant, gpu_idle_minutes=0)
+    grants.update_grant(
+        actor=world.alice, grant=catalog.grant, gpu_idle_percent=15, gpu_idle_minutes=20
+    )
+    catalog.grant.refresh_from_db()
+    assert (catalog.grant.gpu_idle_percent, catalog.grant.gpu_idle_minutes) == (15, 20)
+    with pytest.raises(PermissionDenied):
+        grants.update_grant(actor=world.bob, grant=catalog.grant, gpu_idle_percent=0)
+
+
+def test_the_grant_form_takes_the_gpu_rule(world, catalog) -> None:
+    from tests.pages.test_grant_form import grant_data
+
+    client = _client(world.alice)
+    page = client.get(f"/teaching/grants/{catalog.grant.pk}/edit/")
+    assert page.status_code == 200 and b'name="gpu_idle_percent"' in page.content
+    url = f"/teaching/grants/{catalog.grant.pk}/edit/"
+    wrong = client.post(url, grant_data(template="jupyter", gpu_idle_percent=150))
+    assert wrong.status_code == 200  # the form again, with the field's error
+    assert b'aria-invalid="true"' in wrong.content or b"errorlist" in wrong.content
+    catalog.grant.refresh_from_db()
+    assert catalog.grant.gpu_idle_percent is None
+    done = client.post(url, grant_data(template="jupyter", gpu_idle_percent=8, gpu_idle_minutes=40))
+    assert done.status_code == 302
+    catalog.grant.refresh_from_db()
+    assert (catalog.grant.gpu_idle_percent, catalog.grant.gpu_idle_minutes) == (8, 40)
+    client.post(url, grant_data(template="jupyter", gpu_idle_percent="", gpu_idle_minutes=""))
+    catalog.grant.refresh_from_db()
+    assert catalog.grant.gpu_idle_percent is None  # empty: the template's rule again

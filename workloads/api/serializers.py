@@ -138,6 +138,8 @@ class GrantSerializer(serializers.ModelSerializer[Grant]):
             "member_limit",
             "max_duration_minutes",
             "idle_timeout_minutes",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
             "max_extensions",
             "windows",
             "windows_text",
