@@ -38,12 +38,12 @@ class DeviceReading:
 def read(cluster: Cluster) -> list[DeviceReading]:
     """The cluster's devices now, as its backend reads them; ``[]`` where the backend has no
     utilisation source or the source has no reading (never raises for that)."""
-    backend = get_backend(cluster)
-    if not isinstance(backend, UtilisationBackend):
-        return []
     try:
+        backend = get_backend(cluster)
+        if not isinstance(backend, UtilisationBackend):
+            return []
         readings = backend.gpu_readings()
-    except Exception:  # a source must not break the sampling of the other clusters
+    except Exception:  # a broken cluster or source must not stop the sampling of the others
         log.exception("cluster %s: reading GPU utilisation failed", cluster.slug)
         return []
     if not readings:
