@@ -366,3 +366,34 @@ def test_the_grant_form_takes_the_gpu_rule(world, catalog) -> None:
     client.post(url, grant_data(template="jupyter", gpu_idle_percent="", gpu_idle_minutes=""))
     catalog.grant.refresh_from_db()
     assert catalog.grant.gpu_idle_percent is None  # empty: the template's rule again
+
+
+# --- API ----------------------------------------------------------------------------------
+
+
+def test_the_api_gives_a_workloads_utilisation_to_who_may_see_it(
+    world, catalog, backend, run, gpu_source, rule, api
+) -> None:
+    w = _running_on_gpu(world, catalog, backend, run)
+    gpu_source.devices[_held_index(w)].utilisation = 42
+    utilisation.sample(now=timezone.now())
+    body = api(world.bob).get(f"/api/v1/workloads/{w.pk}/gpu/").json()
+    assert (body["gpu_idle_percent"], body["gpu_idle_minutes"]) == (10, 30)
+    assert [s["utilisation"] for s in body["samples"]] == [42]
+    assert api(world.alice).get(f"/api/v1/workloads/{w.pk}/gpu/").status_code == 200  # teacher
+    assert api(world.charlie).get(f"/api/v1/workloads/{w.pk}/gpu/").status_code == 404
+    assert api(None).get(f"/api/v1/workloads/{w.pk}/gpu/").status_code in (401, 403)
+
+
+def test_the_api_keeps_a_warned_workload_for_its_owner_only(
+    world, catalog, backend, run, gpu_source, rule, api
+) -> None:
+    w = _running_on_gpu(world, catalog, backend, run)
+    gpu_source.devices[_held_index(w)].utilisation = 0
+    _minutes(run, w.started_at, 1, 31)
+    assert api(world.bob).get(f"/api/v1/workloads/{w.pk}/").json()["gpu_warned_at"]
+    refused = api(world.alice).post(f"/api/v1/workloads/{w.pk}/keep-gpu/")
+    assert refused.status_code == 400 and "only its owner" in refused.content.decode()
+    assert api(world.charlie).post(f"/api/v1/workloads/{w.pk}/keep-gpu/").status_code == 404
+    kept = api(world.bob).post(f"/api/v1/workloads/{w.pk}/keep-gpu/")
+    assert kept.status_code == 200 and kept.json()["gpu_warned_at"] is None

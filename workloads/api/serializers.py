@@ -99,6 +99,8 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
             "program",
             "description",
             "is_active",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
         ]
 
     def validate_environment(self, value: dict[str, str]) -> dict[str, str]:
@@ -222,6 +224,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "deadline_at",
             "extensions",
             "last_activity_at",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
+            "gpu_warned_at",
         ]
         read_only_fields = fields
 
@@ -280,6 +285,20 @@ class LogQuerySerializer(serializers.Serializer):
 
     task = serializers.IntegerField(default=0, min_value=0, max_value=MAX_WORKERS - 1)
     offset = serializers.IntegerField(default=0, min_value=0, max_value=MAX_LOG_OFFSET)
+
+
+class GpuSampleSerializer(serializers.Serializer):
+    time = serializers.DateTimeField()
+    utilisation = serializers.IntegerField(help_text="Percent busy, the mean of its GPUs.")
+    memory_used_mib = serializers.IntegerField()
+    span_seconds = serializers.IntegerField(help_text="0: one reading; else a mean over this.")
+
+
+class GpuUtilisationSerializer(serializers.Serializer):
+    gpu_idle_percent = serializers.IntegerField(help_text="GPU-aware culling threshold; 0: off.")
+    gpu_idle_minutes = serializers.IntegerField()
+    gpu_warned_at = serializers.DateTimeField(allow_null=True)
+    samples = GpuSampleSerializer(many=True)
 
 
 class LogSerializer(serializers.Serializer):
