@@ -241,6 +241,11 @@ def cull_idle_gpus(now: dt.datetime | None = None) -> list[str]:
     for workload in candidates:
         percent, minutes = workload.gpu_idle_percent, workload.gpu_idle_minutes
         since = utilisation.idle_since(workload, percent, now)
+        warned = workload.gpu_warned_at
+        if warned is not None and (since is None or since > warned):
+            # Busy again since the warning (or no longer read): the warning no longer holds.
+            Workload.objects.filter(pk=workload.pk, gpu_warned_at=warned).update(gpu_warned_at=None)
+            workload.gpu_warned_at = None
         if since is None or now - since < dt.timedelta(minutes=minutes):
             continue
         if workload.gpu_warned_at is None or workload.gpu_warned_at < since:

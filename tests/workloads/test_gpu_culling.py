@@ -169,6 +169,10 @@ def test_a_busy_moment_resets_the_low_stretch(
     _minutes(run, w.started_at, 46, 52)
     w.refresh_from_db()
     assert w.gpu_warned_at == w.started_at + 52 * MINUTE
+    device.utilisation = 75  # busy again after the warning: it is withdrawn, nothing stops
+    assert _minutes(run, w.started_at, 53, 80) == []
+    w.refresh_from_db()
+    assert w.gpu_warned_at is None and w.state == State.RUNNING
 
 
 def test_without_a_reading_nothing_is_culled_on_gpu_grounds(
