@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DeviceReading:
-    """A reading matched to the portal's row for its device."""
+    """A reading matched to the portal's row for its device (by id: a tick over thousands of
+    devices builds no model instances for them)."""
 
-    device: GpuDevice
+    device_id: int
     reading: GpuReading
 
 
@@ -49,16 +50,16 @@ def read(cluster: Cluster) -> list[DeviceReading]:
     if not readings:
         return []
     devices = {
-        (d.node.name, d.index): d
-        for d in GpuDevice.objects.filter(
+        (node, index): pk
+        for pk, node, index in GpuDevice.objects.filter(
             node__cluster=cluster, node__gone_at__isnull=True
-        ).select_related("node")
+        ).values_list("pk", "node__name", "index")
     }
     matched = []
     for reading in readings:
-        device = devices.get((reading.node, reading.index))
-        if device is not None:
-            matched.append(DeviceReading(device, reading))
+        device_id = devices.get((reading.node, reading.index))
+        if device_id is not None:
+            matched.append(DeviceReading(device_id, reading))
     return matched
 
 
@@ -67,7 +68,7 @@ def record(readings: Sequence[DeviceReading], now: dt.datetime) -> int:
     GpuSample.objects.bulk_create(
         [
             GpuSample(
-                device=r.device,
+                device_id=r.device_id,
                 time=now,
                 utilisation=max(0, min(100, r.reading.utilisation)),
                 memory_used_mib=max(0, r.reading.memory_used_mib),

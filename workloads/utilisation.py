@@ -51,7 +51,7 @@ def _record_workloads(
     cluster: Cluster, readings: Iterable[devices.DeviceReading], now: dt.datetime
 ) -> int:
     readings = list(readings)
-    by_device = {r.device.pk: r.reading for r in readings}
+    by_device = {r.device_id: r.reading for r in readings}
     holders: dict[str, set[int]] = defaultdict(set)  # workload id -> device ids
     for held_by, device_id in Allocation.objects.filter(
         device_id__in=by_device, workload__state__in=HOLDING
@@ -68,7 +68,7 @@ def _record_workloads(
         for r in readings:
             for named_id in r.reading.workload_ids:
                 if named_id in alive:
-                    holders[named_id].add(r.device.pk)
+                    holders[named_id].add(r.device_id)
     rows = []
     for workload_id, device_ids in holders.items():
         values = [by_device[d] for d in device_ids]
