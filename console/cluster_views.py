@@ -27,13 +27,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from core.guards import console_context, superuser_required
-from scheduling import services
+from scheduling import services, utilisation
 from scheduling.models import Allocation, Cluster, GpuDevice, Node, PriorityClass, Queue
 from workloads.choices import HOLDING, WAITING
 from workloads.models import Workload
 
 HISTORY_DAYS = 7
 HISTORY_STEP = dt.timedelta(hours=1)
+UTILISATION_HOURS = 6  # the hosts page's per-device chart
 NODES_PER_PAGE = 24
 
 
@@ -283,17 +284,38 @@ def _isolation(labels: dict[str, str], *, gpus: bool) -> list[str]:
     return lines
 
 
-def _node_card(node: Node) -> dict[str, Any]:
+def _node_card(
+    node: Node,
+    latest: dict[int, Any] | None = None,
+    history: dict[int, list[tuple[dt.datetime, int]]] | None = None,
+) -> dict[str, Any]:
     gpus = []
     for device in node.gpus.all():
         allocations = list(device.allocations.all())
         memory = sum(a.gpu_memory_mib for a in allocations)
+        sample = (latest or {}).get(device.pk)
+        series = (history or {}).get(device.pk, [])
         gpus.append(
             {
                 "device": device,
                 "compute": _percent(device.allocated_milli, 1000),
                 "memory": _percent(memory, device.memory_mib),
                 "allocations": allocations,
+                # Utilisation as read (NVML / DCGM), beside what is allocated; None: no reading.
+                "busy": sample.utilisation if sample else None,
+                "memory_used": _percent(sample.memory_used_mib, device.memory_mib)
+                if sample
+                else None,
+                "chart": {
+                    "label": str(_("GPU utilisation (%)")),
+                    "labels": [f"{timezone.localtime(t):%H:%M}" for t, _v in series],
+                    "values": [v for _t, v in series],
+                    "capacity": 100,
+                    "capacityLabel": "100 %",
+                    "compact": True,
+                }
+                if series
+                else None,
             }
         )
     return {
@@ -316,6 +338,10 @@ def hosts(request: HttpRequest) -> HttpResponse:
     if search:
         nodes = nodes.filter(name__icontains=search)
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
+    devices = [device for node in page for device in node.gpus.all()]
+    now = timezone.now()
+    latest = utilisation.latest(devices, now)
+    history = utilisation.history(devices, since=now - dt.timedelta(hours=UTILISATION_HOURS))
     return render(
         request,
         "console/hosts.html",
@@ -325,7 +351,8 @@ def hosts(request: HttpRequest) -> HttpResponse:
             "cluster_slug": cluster_slug,
             "search": search,
             "page": page,
-            "cards": [_node_card(node) for node in page],
+            "cards": [_node_card(node, latest, history) for node in page],
+            "utilisation_hours": UTILISATION_HOURS,
         },
     )
 

@@ -42,6 +42,11 @@ app.conf.beat_schedule = {
     "cull-idle-environments": {"task": "quanta.workloads.cull", "schedule": 60.0},
     # Local clusters: endpoints to their schedule's minimum, idle ones to zero.
     "serving-floors": {"task": "quanta.serving.schedules", "schedule": 30.0},
+    # GPU utilisation per device and workload: the hosts page, GPU-aware culling.
+    "sample-gpus": {
+        "task": "quanta.workloads.sample_gpus",
+        "schedule": _seconds("GPU_SAMPLE_SECONDS", 60.0, 5.0),
+    },
     "sync-nodes": {"task": "quanta.cluster.sync_nodes", "schedule": 300.0},
     "expire-grants": {"task": "quanta.workloads.expire_grants", "schedule": 600.0},
     "close-ended-terms": {"task": "quanta.tenants.close_ended_terms", "schedule": 3600.0},

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from billing.models import UsageInterval
 from core.metrics import HTTP_REQUEST_SECONDS, HTTP_REQUESTS, LAUNCH_TO_RUNNING_SECONDS
-from scheduling.models import Allocation, Cluster, GpuDevice, Node, Queue
+from scheduling.models import Allocation, Cluster, GpuDevice, GpuSample, Node, Queue
 from workloads.admission import DEFAULT_QUEUE
 from workloads.choices import ACTIVE, WAITING, State, WorkloadKind
 from workloads.lifecycle import Transition
@@ -131,6 +131,7 @@ class DomainCollector(Collector):
         now = self.now()
         clusters = dict(Cluster.objects.values_list("pk", "slug"))
         yield from self._gpus(clusters, now)
+        yield from self._utilisation(clusters, now)
         yield from self._nodes(clusters)
         yield from self._workloads(clusters)
         yield from self._queues(clusters, now)
@@ -142,6 +143,42 @@ class DomainCollector(Collector):
         )
         took.add_metric([], time.perf_counter() - started)
         yield took
+
+    def _utilisation(self, clusters: dict[int, str], now: Any) -> Iterable[Metric]:
+        """Each device's newest utilisation sample (scheduling.utilisation), while it is
+        recent: a device without a reading has no series rather than a made-up 0."""
+        labels = ("cluster", "node", "gpu", "model")
+        busy = _gauge(
+            "quanta_gpu_utilisation_percent",
+            "GPU busy percent per device, as last sampled (NVML / DCGM).",
+            labels,
+        )
+        memory = _gauge(
+            "quanta_gpu_memory_used_bytes",
+            "GPU memory in use per device, as last sampled.",
+            labels,
+        )
+        fresh = now - timedelta(seconds=3 * settings.GPU_SAMPLE_SECONDS)
+        newest: dict[int, tuple[Any, ...]] = {}
+        for row in (
+            GpuSample.objects.filter(time__gte=fresh)
+            .order_by("time")
+            .values_list(
+                "device_id",
+                "device__node__cluster_id",
+                "device__node__name",
+                "device__index",
+                "device__model",
+                "utilisation",
+                "memory_used_mib",
+            )
+        ):
+            newest[row[0]] = row[1:]
+        for cluster_id, node, index, model, utilisation, used in newest.values():
+            key = [clusters.get(cluster_id, str(cluster_id)), node, str(index), model]
+            busy.add_metric(key, utilisation)
+            memory.add_metric(key, used * 1024 * 1024)
+        return [busy, memory]
 
     def _gpus(self, clusters: dict[int, str], now: Any) -> Iterable[Metric]:
         total = _gauge("quanta_gpus", "GPU devices reported, by cluster and model.", LABELS_GPU)

@@ -454,6 +454,17 @@ SERVING_PYTHON = envstr("SERVING_PYTHON", str(BASE_DIR / ".apps" / "serving" / "
 # request to an endpoint scaled to zero waits for its first replica (a cold start).
 SERVING_RATE_LIMIT = envint("SERVING_RATE_LIMIT", 50, minimum=1)
 SERVING_COLD_START_SECONDS = envint("SERVING_COLD_START_SECONDS", 60, minimum=1)
+# GPU utilisation (docs/operations.md): sampled every GPU_SAMPLE_SECONDS into a history kept
+# GPU_HISTORY_HOURS (each sample as taken for the last GPU_FULL_RESOLUTION_MINUTES, then
+# averaged into GPU_DOWNSAMPLE_MINUTES buckets); Kubernetes reads DCGM exporter series from
+# the Prometheus at PROMETHEUS_URL. GPU-aware culling stops a warned workload after
+# GPU_CULL_GRACE_MINUTES unless its owner keeps it (docs/workloads.md).
+GPU_SAMPLE_SECONDS = envint("GPU_SAMPLE_SECONDS", 60, minimum=5)
+GPU_HISTORY_HOURS = envint("GPU_HISTORY_HOURS", 24, minimum=1)
+GPU_FULL_RESOLUTION_MINUTES = envint("GPU_FULL_RESOLUTION_MINUTES", 60, minimum=1)
+GPU_DOWNSAMPLE_MINUTES = envint("GPU_DOWNSAMPLE_MINUTES", 10, minimum=1)
+GPU_CULL_GRACE_MINUTES = envint("GPU_CULL_GRACE_MINUTES", 15, minimum=1)
+PROMETHEUS_URL = envurl("PROMETHEUS_URL", "", ("http", "https"))
 # More paths every local task may read (read-only in the sandbox), comma-separated.
 LOCAL_READONLY_PATHS = envlist("LOCAL_READONLY_PATHS", "")
 

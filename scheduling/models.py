@@ -130,6 +130,24 @@ class GpuDevice(models.Model):
         return f"{self.node.name}/gpu{self.index} ({self.model})"
 
 
+class GpuSample(models.Model):
+    """A device's utilisation at ``time`` (``scheduling.utilisation``): as read, or the mean
+    of the readings of ``span_seconds`` (0: one reading) once the history is downsampled."""
+
+    device = models.ForeignKey(GpuDevice, on_delete=models.CASCADE, related_name="samples")
+    time = models.DateTimeField()
+    utilisation = models.PositiveSmallIntegerField()  # percent
+    memory_used_mib = models.PositiveIntegerField(default=0)
+    span_seconds = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["device", "time"]
+        indexes = [models.Index(fields=["device", "time"]), models.Index(fields=["time"])]
+
+    def __str__(self) -> str:
+        return f"{self.device_id} {self.time:%H:%M}: {self.utilisation} %"
+
+
 class Allocation(models.Model):
     """Resources one task of a workload holds on a node (and, with a GPU, on one device).
 

@@ -35,6 +35,8 @@ GRANT_FIELDS = (
     "member_limit",
     "max_duration_minutes",
     "idle_timeout_minutes",
+    "gpu_idle_percent",
+    "gpu_idle_minutes",
     "max_extensions",
     "windows",
     "expires_on",
@@ -77,6 +79,13 @@ def _check_fields(grant: Grant | None, changes: dict[str, Any]) -> dict[str, Any
     for name in ("member_limit", "max_duration_minutes"):
         if name in changes and changes[name] < 1:
             raise ValidationError({name: _("must be at least 1")})
+    # GPU-aware culling; None: the template's rule (environments), off (jobs).
+    percent = changes.get("gpu_idle_percent")
+    if percent is not None and not 0 <= percent <= 100:
+        raise ValidationError({"gpu_idle_percent": _("must be between 0 and 100")})
+    minutes = changes.get("gpu_idle_minutes")
+    if minutes is not None and minutes < 1:
+        raise ValidationError({"gpu_idle_minutes": _("must be at least 1")})
     return changes
 
 

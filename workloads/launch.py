@@ -139,6 +139,7 @@ def launch_environment(
             image=template.image,
             env=dict(template.environment),
             idle_timeout_minutes=grant.idle_timeout_minutes,
+            **gpu_idle_rule(grant, job=False),
             priority=grant.priority_class.value if grant.priority_class else 0,
             **payer,
         )
@@ -147,6 +148,19 @@ def launch_environment(
             workload, actor=actor, reason=R.LAUNCHED(template=template.name, flavor=flavor.name)
         )
     return workload
+
+
+def gpu_idle_rule(grant: Grant, *, job: bool) -> dict[str, int]:
+    """The GPU-aware culling rule a workload launched from ``grant`` keeps: the grant's own,
+    else (environments only) its template's; jobs are off unless their grant says so."""
+    template = grant.template
+    percent = grant.gpu_idle_percent
+    if percent is None:
+        percent = 0 if job else template.gpu_idle_percent
+    minutes = grant.gpu_idle_minutes
+    if minutes is None:
+        minutes = template.gpu_idle_minutes
+    return {"gpu_idle_percent": percent, "gpu_idle_minutes": minutes if percent else 0}
 
 
 def _refuse_if_checks_say(ask: Ask) -> None:
@@ -257,6 +271,7 @@ def submit_job(
             workers=workers,
             max_retries=max_retries,
             priority=grant.priority_class.value if grant.priority_class else 0,
+            **gpu_idle_rule(grant, job=True),
             **payer,
         )
         workload.datasets.set(mounted)

@@ -123,6 +123,13 @@ class AppTemplate(models.Model):
     )
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
+    # GPU-aware culling (docs/workloads.md): an environment holding a GPU that stays below
+    # gpu_idle_percent utilisation for gpu_idle_minutes is warned, then stopped. 0: off. Its
+    # grants may set their own; jobs are culled only where their grant says so.
+    gpu_idle_percent = models.PositiveSmallIntegerField(
+        default=5, validators=[MaxValueValidator(100)]
+    )
+    gpu_idle_minutes = models.PositiveIntegerField(default=60)
 
     objects = AppTemplateQuerySet.as_manager()
 
@@ -174,6 +181,11 @@ class Grant(models.Model):
     max_duration_minutes = models.PositiveIntegerField(default=240)
     idle_timeout_minutes = models.PositiveIntegerField(default=60)
     max_extensions = models.PositiveSmallIntegerField(default=2)
+    # GPU-aware culling; empty: the template's (environments) or off (jobs).
+    gpu_idle_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(100)]
+    )
+    gpu_idle_minutes = models.PositiveIntegerField(null=True, blank=True)
     windows = models.JSONField(
         default=list,
         blank=True,
@@ -308,6 +320,12 @@ class Workload(models.Model):
     idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
     idle_warned_at = models.DateTimeField(null=True, blank=True)
+    # GPU-aware culling (workloads.gpu_idle): the rule copied at launch (0: off), when the
+    # owner last kept it (the idle window starts again) and when it was last warned.
+    gpu_idle_percent = models.PositiveSmallIntegerField(default=0)
+    gpu_idle_minutes = models.PositiveIntegerField(default=0)
+    gpu_kept_at = models.DateTimeField(null=True, blank=True)
+    gpu_warned_at = models.DateTimeField(null=True, blank=True)
 
     # What admission charged to the quota chain, given back exactly when the workload ends.
     quota_request = models.JSONField(default=dict, blank=True)
@@ -325,6 +343,7 @@ class Workload(models.Model):
     # Not columns: set on fetched workloads for the pages (workloads.teaching.queries: the
     # class dashboard; workloads.views: My Desktop).
     gpu_hours_now: Decimal
+    gpu_busy: int | None
     idle_minutes: int | None
     minutes_left: int | None
     open_suffix: str
@@ -346,6 +365,25 @@ class Workload(models.Model):
     @property
     def open_path(self) -> str:
         return f"/nb/{self.id}/"
+
+
+class WorkloadGpuSample(models.Model):
+    """A workload's GPUs at ``time`` (``workloads.utilisation``): the mean utilisation of the
+    devices it holds and the memory used on them, or the mean of ``span_seconds`` of samples
+    once downsampled."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="gpu_samples")
+    time = models.DateTimeField()
+    utilisation = models.PositiveSmallIntegerField()  # percent
+    memory_used_mib = models.PositiveIntegerField(default=0)
+    span_seconds = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["workload", "time"]
+        indexes = [models.Index(fields=["workload", "time"]), models.Index(fields=["time"])]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id} {self.time:%H:%M}: {self.utilisation} %"
 
 
 class WorkloadEvent(models.Model):

@@ -92,6 +92,18 @@ RESTARTING_AFTER_FAILURE = define(
 MAX_DURATION = define("max_duration", gettext_noop("reached its maximum duration (%(n)s minutes)"))
 IDLE_FOR = define("idle_for", gettext_noop("idle for %(n)s minutes"))
 IDLE_WARNING = define("idle_warning", gettext_noop("idle: stops in %(n)s minutes unless used"))
+GPU_IDLE_WARNING = define(
+    "gpu_idle_warning",
+    gettext_noop(
+        "%(name)s: its GPU has been below %(percent)s %% busy for %(n)s minutes; it stops in "
+        "%(grace)s minutes unless you keep it"
+    ),
+)
+GPU_IDLE_FOR = define(
+    "gpu_idle_for",
+    gettext_noop("stopped: its GPU stayed below %(percent)s %% busy for %(n)s minutes"),
+)
+GPU_KEPT = define("gpu_kept", gettext_noop("kept: the GPU idle time starts again"))
 GRANT_EXPIRED = define("grant_expired", gettext_noop("the grant expired on %(date)s"))
 
 

@@ -20,14 +20,19 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from core.audit import record
+from core.models import Notice
+from core.notices import notify
 from scheduling.models import Cluster
-from workloads import admission
+from workloads import admission, utilisation
 from workloads import reasons as R
 from workloads.choices import HOLDING, WAITING, State, WorkloadKind
 from workloads.launch import (
@@ -52,6 +57,7 @@ __all__ = [
     "expire_grants",
     "extend",
     "grants_for",
+    "keep_gpu",
     "launch_environment",
     "member_tenants",
     "parse_command",
@@ -143,8 +149,13 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
             )
         deadline = timezone.now() + dt.timedelta(minutes=grant.max_duration_minutes)
         extensions = current.extensions + 1
-        Workload.objects.filter(pk=current.pk).update(deadline_at=deadline, extensions=extensions)
+        # An extension is also a "still using it": the GPU idle window starts again.
+        now = timezone.now()
+        Workload.objects.filter(pk=current.pk).update(
+            deadline_at=deadline, extensions=extensions, gpu_kept_at=now, gpu_warned_at=None
+        )
         workload.deadline_at, workload.extensions = deadline, extensions
+        workload.gpu_kept_at, workload.gpu_warned_at = now, None
         note(workload, R.EXTENDED_UNTIL(time=f"{timezone.localtime(deadline):%H:%M}"), actor=actor)
         record(
             "workload.extend",
@@ -155,6 +166,23 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
             extensions=extensions,
         )
     return deadline
+
+
+def keep_gpu(*, actor: Any, workload: Workload) -> dt.datetime:
+    """The owner says a workload warned for low GPU use is still needed: its GPU idle window
+    starts again now (the warning is withdrawn), without spending an extension."""
+    if workload.owner_id != actor.pk:
+        raise ValidationError({"workload": _("only its owner can keep a workload")})
+    now = timezone.now()
+    with transaction.atomic():
+        current = Workload.objects.select_for_update().get(pk=workload.pk)
+        if current.state != State.RUNNING:
+            raise ValidationError({"workload": _("only a running workload can be kept")})
+        Workload.objects.filter(pk=current.pk).update(gpu_kept_at=now, gpu_warned_at=None)
+        workload.gpu_kept_at, workload.gpu_warned_at = now, None
+        note(workload, R.GPU_KEPT(), actor=actor)
+        record("workload.keep_gpu", actor=actor, target=workload, tenant=workload.tenant)
+    return now
 
 
 # --- Culling and expiry ------------------------------------------------------------------------
@@ -193,7 +221,79 @@ def cull(now: dt.datetime | None = None) -> list[str]:
             left = max(1, int((limit - idle).total_seconds() // 60))
             Workload.objects.filter(pk=workload.pk).update(idle_warned_at=now)
             note(workload, R.IDLE_WARNING(n=left))
+    stopped += cull_idle_gpus(now)
     return stopped
+
+
+def cull_idle_gpus(now: dt.datetime | None = None) -> list[str]:
+    """GPU-aware culling: a running workload holding a GPU whose readings stayed below its
+    threshold for its minutes is warned (an event, a notice to its owner), and stopped
+    ``GPU_CULL_GRACE_MINUTES`` after the warning unless it got busy again or its owner kept
+    or extended it meanwhile. Without readings nothing happens. The ids stopped."""
+    now = now or timezone.now()
+    grace = dt.timedelta(minutes=settings.GPU_CULL_GRACE_MINUTES)
+    stopped = []
+    candidates = (
+        Workload.objects.filter(state=State.RUNNING, gpu_idle_percent__gt=0)
+        .filter(Q(flavor__gpus__gt=0) | Q(flavor__gpu_milli__gt=0))
+        .select_related("owner", "tenant")
+    )
+    for workload in candidates:
+        percent, minutes = workload.gpu_idle_percent, workload.gpu_idle_minutes
+        since = utilisation.idle_since(workload, percent, now)
+        warned = workload.gpu_warned_at
+        if warned is not None and (since is None or since > warned):
+            # Busy again since the warning (or no longer read): the warning no longer holds.
+            Workload.objects.filter(pk=workload.pk, gpu_warned_at=warned).update(gpu_warned_at=None)
+            workload.gpu_warned_at = None
+        if since is None or now - since < dt.timedelta(minutes=minutes):
+            continue
+        if workload.gpu_warned_at is None or workload.gpu_warned_at < since:
+            _warn_gpu_idle(workload, now, percent=percent, minutes=minutes, grace=grace)
+        elif now - workload.gpu_warned_at >= grace:
+            reason = R.GPU_IDLE_FOR(percent=percent, n=minutes)
+            with transaction.atomic():
+                if stop(actor=None, workload=workload, reason=reason):
+                    record(
+                        "workload.gpu_cull",
+                        actor=None,
+                        target=workload,
+                        tenant=workload.tenant,
+                        owner=workload.owner.username,
+                        percent=percent,
+                        minutes=minutes,
+                    )
+                    stopped.append(str(workload.pk))
+    return stopped
+
+
+def _warn_gpu_idle(
+    workload: Workload, now: dt.datetime, *, percent: int, minutes: int, grace: dt.timedelta
+) -> None:
+    reason = R.GPU_IDLE_WARNING(
+        name=workload.name, percent=percent, n=minutes, grace=int(grace.total_seconds() // 60)
+    )
+    with transaction.atomic():
+        moved = Workload.objects.filter(pk=workload.pk, gpu_warned_at=workload.gpu_warned_at)
+        if not moved.update(gpu_warned_at=now):
+            return  # another run warned it meanwhile
+        workload.gpu_warned_at = now
+        note(workload, reason)
+        record(
+            "workload.gpu_idle_warning",
+            actor=None,
+            target=workload,
+            tenant=workload.tenant,
+            percent=percent,
+            minutes=minutes,
+        )
+        notify(
+            [workload.owner],
+            reason,
+            level=Notice.Level.WARNING,
+            dedupe_key=f"gpu-idle:{workload.pk}:{now.isoformat()}",
+            link=reverse("workload", args=[workload.pk]),
+        )
 
 
 def expire_grants(today: dt.date | None = None) -> int:

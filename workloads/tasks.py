@@ -28,7 +28,7 @@ from scheduling.locks import cluster_lock
 from scheduling.models import Cluster
 from scheduling.tasks import kubernetes_backend as _kubernetes
 from scheduling.tasks import kubernetes_clusters
-from workloads import autoscale, services
+from workloads import autoscale, services, utilisation
 from workloads import reconcile as loop
 from workloads.choices import WAITING, State
 from workloads.models import Workload
@@ -173,6 +173,13 @@ def follow(workload_id: str, polls: int = 0) -> None:
 @shared_task(name="quanta.workloads.cull", acks_late=True)
 def cull() -> list[str]:
     return services.cull()
+
+
+@shared_task(name="quanta.workloads.sample_gpus", acks_late=True)
+def sample_gpus() -> dict[str, int]:
+    """Every cluster's GPU utilisation into the short history (``workloads.utilisation``)."""
+    done = utilisation.sample()
+    return {"devices": done.devices, "workloads": done.workloads}
 
 
 @shared_task(name="quanta.workloads.expire_grants", acks_late=True)

@@ -3,19 +3,25 @@ through the same services as the API."""
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
-from workloads import datasets, services
+from workloads import datasets, services, utilisation
 from workloads.admission_checks import Ask, refusal_for
-from workloads.choices import ACTIVE
+from workloads.choices import ACTIVE, State
 from workloads.costs import budget_of, cost_so_far, hourly_prices
 from workloads.forms import JobForm, LaunchForm
 from workloads.launch import cannot_run
@@ -148,8 +154,48 @@ def workload_detail(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
             "logs": logs[-20000:],
             "task": task,
             "tasks": range(workload.workers),
+            "gpu": _gpu_context(workload),
         },
     )
+
+
+def _gpu_context(workload: Workload) -> dict[str, Any] | None:
+    """The workload's GPU utilisation over the history kept (a chart) and, while it is
+    warned for low use, the warning's words; None when it has no readings and no warning."""
+    samples = utilisation.history(workload)
+    warned = workload.state == State.RUNNING and workload.gpu_warned_at is not None
+    if not samples and not warned:
+        return None
+    values = [s.utilisation for s in samples]
+    return {
+        "warned": warned,
+        "grace_ends": (
+            workload.gpu_warned_at + dt.timedelta(minutes=settings.GPU_CULL_GRACE_MINUTES)
+            if warned and workload.gpu_warned_at
+            else None
+        ),
+        "now": values[-1] if values else None,
+        "memory_mib": samples[-1].memory_used_mib if samples else None,
+        "chart": {
+            "label": str(_("GPU utilisation (%)")),
+            "labels": [f"{timezone.localtime(s.time):%H:%M}" for s in samples],
+            "values": values,
+            "capacity": 100,
+            "capacityLabel": "100 %",
+            "peak": max(values, default=0),
+        },
+    }
+
+
+@login_required
+@require_POST
+def keep_gpu(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
+    workload = _controlled(request, pk)
+    try:
+        services.keep_gpu(actor=request.user, workload=workload)
+    except ValidationError as exc:
+        _errors(request, exc)
+    return redirect("workload", pk=workload.pk)
 
 
 @login_required

@@ -178,6 +178,22 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One device's utilisation now, as the backend's source reports it (``UtilisationBackend``).
+
+    ``utilisation``: percent of the last sample period the device was busy (NVML's ``gpu``
+    rate, DCGM's ``DCGM_FI_DEV_GPU_UTIL``); ``memory_used_mib``: framebuffer in use.
+    ``workload_ids``: the workloads the source itself says use the device (DCGM's pod labels
+    on Kubernetes); empty where the portal's allocations say it instead (local, simulated)."""
+
+    node: str
+    index: int
+    utilisation: int
+    memory_used_mib: int = 0
+    workload_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LogChunk:
     text: str
     next_offset: int  # pass back as ``offset`` to read on
@@ -257,6 +273,18 @@ class ScalingBackend(Protocol):
 
     def replicas(self, handle: Handle) -> ReplicaStatus:
         """The replicas as they are now."""
+        ...
+
+
+@runtime_checkable
+class UtilisationBackend(Protocol):
+    """An optional capability: read the GPUs' utilisation now (NVML on the local backend,
+    DCGM exporter series through Prometheus on Kubernetes, made-up values on the simulated
+    one). Never raises for a missing source: no driver, no library, no Prometheus or a
+    broken answer is ``()``, "no reading", and nothing is culled on GPU grounds."""
+
+    def gpu_readings(self) -> tuple[GpuReading, ...]:
+        """A reading per device the source knows of now; ``()`` without a source."""
         ...
 
 

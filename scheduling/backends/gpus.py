@@ -76,6 +76,33 @@ def utilisation(indices: Sequence[int]) -> int | None:
             pynvml.nvmlShutdown()
 
 
+def device_usage() -> tuple[tuple[int, int, int], ...]:
+    """(index, compute utilisation %, memory used MiB) of every device NVML sees; ``()``
+    without a usable NVML, or when a device fails mid-query (no reading rather than half)."""
+    try:
+        import pynvml
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return ()
+    try:
+        readings = []
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            readings.append((index, int(rates.gpu), int(memory.used) // (1024 * 1024)))
+        return tuple(readings)
+    except Exception as error:
+        log.info("NVML failed while reading utilisation (%s): no reading", error)
+        return ()
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def _text(value: object) -> str:
     """Older pynvml releases return bytes, newer ones str."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -48,6 +48,7 @@ from scheduling.backends.base import (
     DatasetMount,
     Endpoint,
     GpuInfo,
+    GpuReading,
     Handle,
     LogChunk,
     NodeInfo,
@@ -59,7 +60,7 @@ from scheduling.backends.base import (
     TaskPlacement,
     WorkloadSpec,
 )
-from scheduling.backends.gpus import discover_gpus, utilisation
+from scheduling.backends.gpus import device_usage, discover_gpus, utilisation
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +354,13 @@ class LocalBackend:
                 gpus=self._inventory(),
                 labels={"quanta.io/backend": "local", **self.isolation.labels()},
             ),
+        )
+
+    def gpu_readings(self) -> tuple[GpuReading, ...]:
+        """This host's GPUs now, from NVML (``()`` without a driver: no reading). Which
+        workload uses which device is the portal's allocations' to say."""
+        return tuple(
+            GpuReading(self.node_name, index, util, used) for index, util, used in device_usage()
         )
 
     def running(self) -> set[str]:

@@ -69,7 +69,9 @@ def _build(cluster: Cluster) -> Backend:
     if cluster.backend == BackendKind.KUBERNETES:
         from scheduling.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
-        return KubernetesBackend(KubernetesConfig.from_mapping(config))
+        return KubernetesBackend(
+            KubernetesConfig.from_mapping({"prometheus_url": settings.PROMETHEUS_URL, **config})
+        )
     raise NotImplementedError(f"the {cluster.backend} backend is not built yet")
 
 

@@ -11,6 +11,7 @@ so a restarted portal re-attaches like it does to real processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -23,6 +24,7 @@ from scheduling.backends.base import (
     BackendError,
     Endpoint,
     GpuInfo,
+    GpuReading,
     Handle,
     LogChunk,
     NodeInfo,
@@ -123,6 +125,12 @@ class SimulatedBackend:
             "duration_s": duration if spec.kind == "job" else None,
             "stopped": None,
             "nodes": sorted({p.node for p in spec.placement}),
+            # [node, GPU index, share in thousandths]: what its made-up utilisation lands on.
+            "devices": [
+                [p.node, i, spec.resources.gpu_milli or 1000]
+                for p in spec.placement
+                for i in p.gpu_indices
+            ],
             "workers": spec.workers,
         }
         self._save(state)
@@ -220,6 +228,35 @@ class SimulatedBackend:
                 )
         return nodes
 
+    def gpu_readings(self) -> tuple[GpuReading, ...]:
+        """Plausible made-up readings, so the demo's pages and GPU-aware culling have data:
+        each running workload keeps its devices busy at a level of its own that drifts from
+        minute to minute, except one environment in four, which sits idle (a forgotten
+        notebook); devices without work are not reported."""
+        memory = {(n.name, g.index): g.memory_mib for n in self.nodes() for g in n.gpus}
+        busy: dict[tuple[str, int], list[float]] = {}
+        used: dict[tuple[str, int], float] = {}
+        minute = int(self.clock() // 60)
+        for workload_id in self.running():
+            state = self._load(workload_id) or {}
+            seed = _unit(workload_id)
+            idle = state.get("kind") == "notebook" and seed < 0.25
+            level = 0.0 if idle else 35 + 55 * seed + 10 * (_unit(f"{workload_id}:{minute}") - 0.5)
+            for node, index, milli in state.get("devices", []):
+                key = (node, int(index))
+                busy.setdefault(key, []).append(level * int(milli) / 1000)
+                used[key] = used.get(key, 0.0) + (0.1 if idle else 0.6) * int(milli) / 1000
+        return tuple(
+            GpuReading(
+                node,
+                index,
+                max(0, min(100, round(sum(busy.get((node, index), [0.0]))))),
+                round(total * min(1.0, used.get((node, index), 0.0))),
+            )
+            for (node, index), total in sorted(memory.items())
+            if (node, index) in busy
+        )
+
     def running(self) -> set[str]:
         if not self.root.is_dir():
             return set()
@@ -229,3 +266,8 @@ class SimulatedBackend:
             if state and state["stopped"] is None and not self._finished(state):
                 live.add(path.stem)
         return live
+
+
+def _unit(text: str) -> float:
+    """A number in [0, 1) fixed by ``text``: the same workload reads alike in every process."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest()) / 2**32

@@ -1,6 +1,7 @@
 // Draws the console's charts with the vendored Chart.js. Each <canvas data-chart="ID"> reads
 // its numbers from the <script type="application/json" id="ID"> that json_script wrote:
-// {label, values, labels, capacity, capacityLabel}. No data leaves the page.
+// {label, values, labels, capacity, capacityLabel, compact}; compact (a device's sparkline on
+// the hosts page) draws no legend and no time axis. No data leaves the page.
 (function () {
   "use strict";
   if (typeof window.Chart === "undefined") return;
@@ -14,6 +15,7 @@
     var source = document.getElementById(canvas.dataset.chart);
     if (!source) return;
     var data = JSON.parse(source.textContent);
+    var compact = !!data.compact;
     var datasets = [{
       label: data.label,
       data: data.values,
@@ -43,10 +45,10 @@
         animation: still ? false : undefined,
         interaction: { mode: "index", intersect: false },
         scales: {
-          x: { ticks: { maxTicksLimit: 8, autoSkip: true, color: muted }, grid: { color: line } },
-          y: { beginAtZero: true, ticks: { color: muted }, grid: { color: line } }
+          x: { display: !compact, ticks: { maxTicksLimit: 8, autoSkip: true, color: muted }, grid: { color: line } },
+          y: { beginAtZero: true, max: data.capacity === 100 ? 100 : undefined, ticks: { color: muted, maxTicksLimit: compact ? 3 : undefined }, grid: { color: line } }
         },
-        plugins: { legend: { labels: { color: muted, boxHeight: 2 } } }
+        plugins: { legend: { display: !compact, labels: { color: muted, boxHeight: 2 } } }
       }
     });
   });

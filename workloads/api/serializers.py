@@ -100,6 +100,8 @@ class AppTemplateSerializer(serializers.ModelSerializer[AppTemplate]):
             "program",
             "description",
             "is_active",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
         ]
 
     def validate_environment(self, value: dict[str, str]) -> dict[str, str]:
@@ -139,6 +141,8 @@ class GrantSerializer(serializers.ModelSerializer[Grant]):
             "member_limit",
             "max_duration_minutes",
             "idle_timeout_minutes",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
             "max_extensions",
             "windows",
             "windows_text",
@@ -221,6 +225,9 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "deadline_at",
             "extensions",
             "last_activity_at",
+            "gpu_idle_percent",
+            "gpu_idle_minutes",
+            "gpu_warned_at",
         ]
         read_only_fields = fields
 
@@ -279,6 +286,20 @@ class LogQuerySerializer(serializers.Serializer):
 
     task = serializers.IntegerField(default=0, min_value=0, max_value=MAX_WORKERS - 1)
     offset = serializers.IntegerField(default=0, min_value=0, max_value=MAX_LOG_OFFSET)
+
+
+class GpuSampleSerializer(serializers.Serializer):
+    time = serializers.DateTimeField()
+    utilisation = serializers.IntegerField(help_text="Percent busy, the mean of its GPUs.")
+    memory_used_mib = serializers.IntegerField()
+    span_seconds = serializers.IntegerField(help_text="0: one reading; else a mean over this.")
+
+
+class GpuUtilisationSerializer(serializers.Serializer):
+    gpu_idle_percent = serializers.IntegerField(help_text="GPU-aware culling threshold; 0: off.")
+    gpu_idle_minutes = serializers.IntegerField()
+    gpu_warned_at = serializers.DateTimeField(allow_null=True)
+    samples = GpuSampleSerializer(many=True)
 
 
 class LogSerializer(serializers.Serializer):

@@ -19,7 +19,7 @@ from rest_framework.serializers import BaseSerializer
 
 from core import idempotency
 from scheduling.backends.registry import get_backend
-from workloads import catalog, grants, services
+from workloads import catalog, grants, services, utilisation
 from workloads.api import serializers as s
 from workloads.choices import WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
@@ -272,6 +272,30 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             raise ValidationError({"workload": _("only environments have a time limit")})
         services.extend(actor=request.user, workload=workload)
         return Response(self.get_serializer(self._fresh(workload)).data)
+
+    @extend_schema(request=None, responses=s.WorkloadSerializer)
+    @action(detail=True, methods=["post"], url_path="keep-gpu")
+    def keep_gpu(self, request: Request, pk: str) -> Response:
+        """The owner still uses the GPU: the GPU idle window starts again (docs/workloads.md)."""
+        workload = self.get_object()
+        services.keep_gpu(actor=request.user, workload=workload)
+        return Response(self.get_serializer(self._fresh(workload)).data)
+
+    @extend_schema(responses=s.GpuUtilisationSerializer)
+    @action(detail=True)
+    def gpu(self, request: Request, pk: str) -> Response:
+        """Its GPUs' utilisation over the history kept, and its GPU-aware culling rule."""
+        workload = self.get_object()
+        return Response(
+            s.GpuUtilisationSerializer(
+                {
+                    "gpu_idle_percent": workload.gpu_idle_percent,
+                    "gpu_idle_minutes": workload.gpu_idle_minutes,
+                    "gpu_warned_at": workload.gpu_warned_at,
+                    "samples": utilisation.history(workload),
+                }
+            ).data
+        )
 
     @extend_schema(responses=s.WorkloadEventSerializer(many=True))
     @action(detail=True)

@@ -89,6 +89,22 @@ class GrantForm(forms.Form):
         initial=60,
         help_text=gettext_lazy("0: idle sessions are not stopped."),
     )
+    gpu_idle_percent = forms.IntegerField(
+        label=gettext_lazy("Stop when the GPU is busy less than (%)"),
+        min_value=0,
+        max_value=100,
+        required=False,
+        help_text=gettext_lazy(
+            "Sessions holding a GPU this little used are warned, then stopped. Empty: the "
+            "template's rule (jobs: never); 0: never."
+        ),
+    )
+    gpu_idle_minutes = forms.IntegerField(
+        label=gettext_lazy("… for (minutes)"),
+        min_value=1,
+        required=False,
+        help_text=gettext_lazy("Empty: the template's."),
+    )
     max_extensions = forms.IntegerField(
         label=gettext_lazy("Extensions allowed"), min_value=0, initial=2
     )

@@ -15,9 +15,14 @@ from django.db.models import Count
 from tenants.choices import MANAGING_ROLES, Role, TenantKind
 from tenants.models import Membership, MemberUsage, Quota, Tenant
 from tenants.permissions import ROLE_RANK, Access
-from workloads import windows
+from workloads import utilisation, windows
 from workloads.choices import ACTIVE, HOLDING, State, WorkloadKind
 from workloads.models import Grant, Workload
+
+# A session holding a GPU that is less busy than this (or than its own GPU-aware culling
+# threshold, where it has one) is listed as wasting it.
+LOW_GPU_PERCENT = 10
+LOW_GPU_MINUTES = 15  # over this many recent minutes
 
 # Grants go to classes and projects; those are what a teacher's pages are about.
 TEACHING_KINDS = (TenantKind.CLASS, TenantKind.PROJECT)
@@ -91,11 +96,13 @@ class Sessions:
     workloads: list[Workload]
     held: dict[int, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
     running: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    low_gpu: list[Workload] = field(default_factory=list)  # holding a GPU, hardly using it
 
 
 def class_sessions(tenant: Tenant, *, now: dt.datetime) -> Sessions:
     """Active workloads of ``tenant``, each with ``gpu_hours_now``, ``idle_minutes`` (running
-    environments) and ``minutes_left`` (before its deadline)."""
+    environments), ``minutes_left`` (before its deadline) and ``gpu_busy`` (its GPUs' mean
+    utilisation over the last minutes; None without readings)."""
     sessions = Sessions(
         list(
             Workload.objects.filter(tenant=tenant, state__in=ACTIVE)
@@ -114,6 +121,13 @@ def class_sessions(tenant: Tenant, *, now: dt.datetime) -> Sessions:
             w.idle_minutes = _minutes(now - (w.last_activity_at or w.started_at or w.created_at))
         if w.deadline_at and w.state == State.RUNNING:
             w.minutes_left = _minutes(w.deadline_at - now)
+    busy = utilisation.recent_mean(sessions.workloads, LOW_GPU_MINUTES)
+    for w in sessions.workloads:
+        w.gpu_busy = busy.get(str(w.pk))
+        holds_gpu = bool(w.flavor.gpus or w.flavor.gpu_milli)
+        low = w.gpu_busy is not None and w.gpu_busy < max(LOW_GPU_PERCENT, w.gpu_idle_percent)
+        if w.state == State.RUNNING and holds_gpu and low:
+            sessions.low_gpu.append(w)
     return sessions
 
 

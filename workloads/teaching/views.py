@@ -100,6 +100,9 @@ def dashboard(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
         {
             "tenant": tenant,
             "sessions": sessions.workloads,
+            "low_gpu": sessions.low_gpu,
+            "low_gpu_percent": queries.LOW_GPU_PERCENT,
+            "low_gpu_minutes": queries.LOW_GPU_MINUTES,
             "roster": roster,
             "gpu_hours": queries.used_gpu_hours(tenant) + sum(sessions.held.values(), Decimal(0)),
             "spend": spend_of(tenant),
@@ -194,6 +197,8 @@ def _grant_page(request: HttpRequest, tenant: Tenant, grant: Grant | None) -> Ht
             "member_limit": grant.member_limit,
             "max_duration_minutes": grant.max_duration_minutes,
             "idle_timeout_minutes": grant.idle_timeout_minutes,
+            "gpu_idle_percent": grant.gpu_idle_percent,
+            "gpu_idle_minutes": grant.gpu_idle_minutes,
             "max_extensions": grant.max_extensions,
             "expires_on": grant.expires_on,
         }
@@ -250,6 +255,8 @@ def _save_grant(
         "member_limit": cleaned["member_limit"],
         "max_duration_minutes": cleaned["max_duration_minutes"],
         "idle_timeout_minutes": cleaned["idle_timeout_minutes"],
+        "gpu_idle_percent": cleaned["gpu_idle_percent"],
+        "gpu_idle_minutes": cleaned["gpu_idle_minutes"],
         "max_extensions": cleaned["max_extensions"],
         "windows": [w for row in rows.forms if (w := row.window()) is not None],
         "expires_on": cleaned["expires_on"],

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
+import json
 import logging
 import secrets
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from core.reasons import Reason
@@ -31,6 +35,7 @@ from scheduling import reasons as R
 from scheduling.backends.base import (
     BackendError,
     Endpoint,
+    GpuReading,
     Handle,
     LogChunk,
     NodeInfo,
@@ -39,7 +44,7 @@ from scheduling.backends.base import (
     WorkloadSpec,
 )
 from scheduling.backends.kubernetes import client as k
-from scheduling.backends.kubernetes import manifests, names, status
+from scheduling.backends.kubernetes import dcgm, manifests, names, status
 from scheduling.backends.kubernetes.config import KubernetesConfig
 from scheduling.backends.kubernetes.nodes import NodeInventory, inventory
 from scheduling.backends.kubernetes.watcher import Watcher, WatchStats
@@ -50,6 +55,8 @@ STATE_VERSION = 1
 SELECTOR_CHUNK = 50  # workload ids per "in (...)" label selector: keeps URLs short
 PRIORITY_CACHE_SECONDS = 60.0
 READY_CACHE_SECONDS = 15.0
+ACTIVITY_TIMEOUT = 3.0  # seconds a notebook's /api/status may take
+ACTIVITY_THREADS = 8
 OWNED_MAPS = frozenset({"hard", "capability"})  # ResourceQuota and Queue limits: ours alone
 
 
@@ -81,6 +88,8 @@ class KubernetesBackend:
         self._priorities: tuple[float, dict[int, str]] = (0.0, {})
         self._ready: dict[str, float] = {}  # workload id -> when its server was last seen ready
         self._urls: dict[str, str] = {}  # model servers: workload id -> the address last seen
+        # Notebooks: workload id -> (when /api/status was last read, its last_activity).
+        self._activity: dict[str, tuple[float, dt.datetime | None]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -208,7 +217,101 @@ class KubernetesBackend:
         ids = [handle.workload_id for handle in handles]
         for chunk in _chunks(ids, SELECTOR_CHUNK):
             observations.update(self._observe_chunk(chunk))
+        return self._with_activity(handles, observations)
+
+    def _with_activity(
+        self, handles: Sequence[Handle], observations: dict[str, Observation]
+    ) -> dict[str, Observation]:
+        """Running JupyterLab notebooks with the last activity their server reports
+        (``/api/status``: kernels, terminals, requests), read at most every
+        ``activity_poll_seconds`` per notebook, so idle culling counts from real use
+        rather than from the start. A server that does not answer adds nothing."""
+        if self.config.activity_poll_seconds <= 0:
+            return observations
+        now = time.monotonic()
+        due = []
+        for handle in handles:
+            obs = observations.get(handle.workload_id)
+            state = handle.state
+            if obs is None or obs.phase != Phase.RUNNING or state.get("kind") != "notebook":
+                continue
+            if state.get("app", "jupyter") != "jupyter" or not state.get("namespace"):
+                continue
+            read_at, _last = self._activity.get(handle.workload_id, (None, None))
+            if read_at is None or now - read_at >= self.config.activity_poll_seconds:
+                due.append(handle)
+        if due:
+            with ThreadPoolExecutor(min(ACTIVITY_THREADS, len(due))) as pool:
+                for handle, last in zip(due, pool.map(self._api_status, due), strict=True):
+                    _read_at, before = self._activity.get(handle.workload_id, (None, None))
+                    self._activity[handle.workload_id] = (now, last or before)
+        live = {h.workload_id for h in handles}
+        for workload_id in list(self._activity):
+            if workload_id not in live:
+                del self._activity[workload_id]
+        for workload_id, (_read_at, last) in self._activity.items():
+            obs = observations.get(workload_id)
+            if obs is None or last is None or obs.phase != Phase.RUNNING:
+                continue
+            if obs.last_activity is None or last > obs.last_activity:
+                observations[workload_id] = dataclasses.replace(obs, last_activity=last)
         return observations
+
+    def _api_status(self, handle: Handle) -> dt.datetime | None:
+        """JupyterLab's ``last_activity`` from ``/api/status`` on its Service; None when it
+        does not answer."""
+        state = handle.state
+        url = self.config.service_url.format(
+            service=state.get("service", state.get("name", "")),
+            namespace=state["namespace"],
+            port=80,
+        )
+        url = url.rstrip("/") + state.get("base_url", "/") + "api/status"
+        headers = {"Authorization": f"token {state['token']}"} if state.get("token") else {}
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=ACTIVITY_TIMEOUT) as response:
+                body = json.loads(response.read())
+            return _aware(dt.datetime.fromisoformat(str(body["last_activity"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def gpu_readings(self) -> tuple[GpuReading, ...]:
+        """The DCGM exporter's series (``dcgm``) from the cluster's Prometheus; each device
+        held by one of the portal's pods names its workload (the pod's workload-id label).
+        ``()`` without a Prometheus, or when it does not answer."""
+        series = dcgm.read(
+            self.config.prometheus_url,
+            node_labels=self.config.prometheus_node_labels,
+            timeout=self.config.prometheus_timeout,
+        )
+        if not series:
+            return ()
+        owners: dict[tuple[str, str], str] = {}
+        if any(s.pod for s in series):
+            try:
+                pods, _ = self.kube.list(k.POD, label_selector=names.WORKLOAD_ID)
+            except BackendError as error:
+                log.info("could not list pods to map GPU series to workloads (%s)", error)
+                pods = []
+            for pod in pods:
+                meta = pod.get("metadata", {})
+                workload_id = status.workload_id_of(pod)
+                if workload_id:
+                    owners[(meta.get("namespace", ""), meta.get("name", ""))] = workload_id
+        readings = []
+        for s in series:
+            owner = owners.get((s.namespace, s.pod))
+            readings.append(
+                GpuReading(
+                    node=s.node,
+                    index=s.index,
+                    utilisation=s.utilisation,
+                    memory_used_mib=s.memory_used_mib,
+                    workload_ids=(owner,) if owner else (),
+                )
+            )
+        return tuple(readings)
 
     def endpoint(self, handle: Handle) -> Endpoint | None:
         """The notebook's Service once its server passes its readiness probe; a model
@@ -608,6 +711,10 @@ def _difference(desired: Mapping[str, Any], current: Mapping[str, Any]) -> dict[
         elif have != value:
             patch[key] = value
     return patch
+
+
+def _aware(at: dt.datetime) -> dt.datetime:
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:

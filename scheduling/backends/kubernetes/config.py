@@ -91,6 +91,16 @@ class KubernetesConfig:
     portal_namespace: str = ""  # with portal_pod_labels: notebooks accept traffic only from it
     portal_pod_labels: Mapping[str, str] = field(default_factory=dict)
 
+    # GPU utilisation: the DCGM exporter's series through Prometheus's HTTP API at this
+    # address ("": PROMETHEUS_URL; neither: no reading). The series' node label is the first
+    # of these that a series carries (DCGM's own is "Hostname"; relabelled setups add "node").
+    prometheus_url: str = ""
+    prometheus_node_labels: tuple[str, ...] = ("node", "kubernetes_node", "Hostname")
+    prometheus_timeout: float = 5.0
+    # JupyterLab's own /api/status (its last kernel / terminal activity) is read this often
+    # per running notebook (idle culling); 0: never.
+    activity_poll_seconds: float = 60.0
+
     # Talking to the API server.
     request_timeout: float = 30.0
     retries: int = 5
