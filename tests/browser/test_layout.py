@@ -6,10 +6,12 @@ window, headings and tables stay inside it, state badges and buttons stay on one
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import _manage, _server_env
 
@@ -86,7 +88,7 @@ MEASURE = """() => {
     return false; };
   const past = [...document.querySelectorAll("body *")].filter((el) => wide(el) && !clipped(el))
     .filter((el) => ![...el.children].some(wide))
-    .slice(0, 5).map((el) => el.tagName + "." + el.className + " " + el.getBoundingClientRect().width);
+    .slice(0, 5).map((el) => `${el.tagName}.${el.className} ${el.getBoundingClientRect().width}`);
   return {view, document: document.documentElement.scrollWidth, outside, wrapped, past};
 }"""
 
@@ -156,3 +158,48 @@ def test_a_phone_reaches_every_page_from_the_menu(sign_in: SignIn, layout: dict[
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= SIZES["phone"]["width"]
     link.click()
     page.wait_for_url("**/usage/")
+
+
+def test_a_form_error_sits_under_its_own_field(sign_in: SignIn, layout: dict[str, str]) -> None:
+    page = sign_in("student7", next="/workloads/new-job/", viewport=SIZES["desktop"])
+    for choice in ("tenant", "flavor"):
+        page.locator(f"select[name={choice}]").select_option(index=1)
+    page.fill("input[name=command]", "python 'unclosed")  # the server cannot split it
+    page.locator("main form button[type=submit]").click()
+    error = page.locator(".field.has-error [role=alert]")
+    expect(error).to_have_count(1)
+    command = page.locator("input[name=command]").bounding_box()
+    below = error.bounding_box()
+    wrapper = page.locator(".field.has-error")
+    assert wrapper.locator("input[name=command]").count() == 1  # same wrapper as its input
+    assert command and below and below["y"] >= command["y"] + command["height"]
+    # ...and above the next field's label, not under it.
+    next_label = wrapper.locator("xpath=following-sibling::div[1]//label").first.bounding_box()
+    assert next_label and below["y"] + below["height"] <= next_label["y"]
+
+
+def test_the_teacher_confirms_before_stopping_several(
+    sign_in: SignIn, portal: Portal, layout: dict[str, str]
+) -> None:
+    pk = portal.launch("student11", "jupyter-pytorch", "cpu-small")  # ML-101, teacher1's
+    try:
+        teacher = sign_in("teacher1", next="/workloads/?owner=student11%26state=active")
+        teacher.locator(f'input[name=workload][value="{pk}"]').check()
+        asked: list[str] = []
+
+        def answer(dialog: Any, accept: bool) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        teacher.once("dialog", lambda d: answer(d, False))
+        teacher.locator("[data-role=stop-selected]").click()
+        assert asked and "Stop the selected workloads?" in asked[0]
+        assert portal.workload(pk)["state"] in ("Pending", "Queued", "Starting", "Running")
+        teacher.once("dialog", lambda d: answer(d, True))
+        teacher.locator("[data-role=stop-selected]").click()
+        expect(teacher.locator(".messages")).to_contain_text("Stopping 1 workload.")
+        assert teacher.url.endswith("/workloads/?owner=student11&state=active")
+        assert portal.workload(pk)["state"] in ("Stopping", "Stopped")
+    finally:
+        with contextlib.suppress(AssertionError):  # already stopping: nothing to do
+            portal.stop(pk)
