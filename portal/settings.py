@@ -425,23 +425,32 @@ SSH_STAFF_ACCESS = envbool("SSH_STAFF_ACCESS", True)
 LOG_LEVEL = envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 # One handler, at the root: every line once, in one format. Django's own handlers (its
 # DEBUG-only console handler on "django", "django.server"'s) are replaced, or each request
-# would be written twice. Below DEBUG, refusals are one line and tasks that just ran say
-# nothing (core/logs.py).
-_quiet = [] if LOG_LEVEL == "DEBUG" else ["quiet"]
+# would be written twice. A refusal (4xx) never carries a traceback; below DEBUG it is left to
+# the server's access line, and tasks that just ran say nothing (core/logs.py).
+_quiet = LOG_LEVEL != "DEBUG"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "filters": {
-        "client_errors": {"()": "core.logs.ClientErrorsInOneLine"},
-        "quiet": {"()": "core.logs.QuietTaskSuccess"},
+        "no_traceback": {"()": "core.logs.ClientErrorsWithoutTraceback"},
+        "drop_client_errors": {"()": "core.logs.DropClientErrors"},
+        "quiet_tasks": {"()": "core.logs.QuietTaskSuccess"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "django": {"handlers": [], "propagate": True},
         "django.server": {"handlers": [], "propagate": True},
-        "django.request": {"handlers": [], "propagate": True, "filters": ["client_errors"]},
-        "celery.app.trace": {"handlers": [], "propagate": True, "filters": _quiet},
+        "django.request": {
+            "handlers": [],
+            "propagate": True,
+            "filters": ["no_traceback", *(["drop_client_errors"] if _quiet else [])],
+        },
+        "celery.app.trace": {
+            "handlers": [],
+            "propagate": True,
+            "filters": ["quiet_tasks"] if _quiet else [],
+        },
         # asyncssh reports every connection and channel at INFO; the gateway logs its own.
         "asyncssh": {"level": "WARNING"},
     },

@@ -190,3 +190,22 @@ def test_the_api_filters_and_sorts_like_the_page(world, three, api) -> None:
 def test_the_api_list_hides_other_classes_from_the_outsider(world, three, api) -> None:
     listed = api(world.charlie).get(f"/api/v1/workloads/?tenant={world.class_a.slug}")
     assert listed.status_code == 400 or listed.json()["results"] == []
+
+
+def test_the_api_list_costs_the_same_queries_for_3_or_25_rows(world, catalog, api) -> None:
+    client = api(world.alice)
+
+    def cost() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert (
+                client.get("/api/v1/workloads/?state=active&ordering=-duration").status_code == 200
+            )
+        return len(queries)
+
+    cost()  # the reader's roles, read once and kept with the (forced) user
+    for i in range(3):
+        a_workload(catalog, world.bob, world.class_a, f"a{i}", started_at=ago(i + 1))
+    few = cost()
+    for i in range(22):
+        a_workload(catalog, world.bob, world.class_a, f"b{i}", started_at=ago(i + 1))
+    assert cost() == few <= 4

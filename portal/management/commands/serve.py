@@ -16,7 +16,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from core import logs
 from portal.embedded import EmbeddedBeat
 from scheduling.choices import BackendKind
 from scheduling.inventory import sync_backend_nodes
@@ -42,7 +41,6 @@ class Command(BaseCommand):
             GatewayThread(
                 settings.SSH_GATEWAY_HOST, settings.SSH_GATEWAY_PORT, settings.SSH_HOST_KEY_FILE
             ).start()
-        logs.access_logged = True  # the server writes one line per request (core/logs.py)
         listen = runserver.build_endpoint_description_strings
         backlog = settings.WEB_BACKLOG
 
