@@ -27,7 +27,7 @@ MAX_DAYS = 400
 @dataclass
 class PersonUsage:
     person: str
-    workloads: set[int] = field(default_factory=set)
+    workloads: set[object] = field(default_factory=set)  # workload ids
     hours: Decimal = Decimal(0)
     gpu_hours: Decimal = Decimal(0)
     amount: Decimal = Decimal(0)
