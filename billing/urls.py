@@ -30,6 +30,7 @@ urlpatterns = [
         {"mode": "print"},
         name="term-statement-print",
     ),
+    path("classes/<slug:slug>/usage.csv", views.class_usage_csv, name="class-usage-csv"),
     path("mine/", views.my_usage, name="my-usage"),
     path("mine/csv/", views.my_usage, {"mode": "csv"}, name="my-usage-csv"),
     path("mine/print/", views.my_usage, {"mode": "print"}, name="my-usage-print"),

@@ -5,17 +5,19 @@ one may not see is not found."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Sum
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
-from billing import invoices
+from billing import class_usage, invoices
 from billing.api.invoices import csv_response
 from billing.models import Account, LedgerEntry
 from tenants.http import AuthenticatedHttpRequest
@@ -150,3 +152,26 @@ def my_usage(request: AuthenticatedHttpRequest, mode: str = "") -> HttpResponse:
         return csv_response(item, f"usage-{when:%Y-%m}")
     template = "billing/invoice_print.html" if mode == "print" else "billing/invoice_detail.html"
     return render(request, template, {"item": item, "mine": True, "month": f"{when:%Y-%m}"})
+
+
+@login_required
+def class_usage_csv(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """A class's usage per student for ``?from=&until=`` (days, inclusive), as CSV: for the
+    class's teachers and admins; to anyone else the class is not found."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None or not Access.of(request.user).can_manage(tenant):
+        raise Http404
+    try:
+        start, end = class_usage.parse_range(
+            request.GET.get("from", "").strip(), request.GET.get("until", "").strip(), tenant
+        )
+    except ValidationError as exc:
+        problems = [f"{name}: {m}" for name, found in exc.message_dict.items() for m in found]
+        return HttpResponseBadRequest("; ".join(problems), content_type="text/plain")
+    out = io.StringIO()
+    csv.writer(out).writerows(class_usage.csv_rows(tenant, start, end))
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="usage-{tenant.slug}-{start:%Y%m%d}-{end:%Y%m%d}.csv"'
+    )
+    return response

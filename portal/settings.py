@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.forms",  # its widget templates, for the project's form renderer
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -131,6 +132,9 @@ TEMPLATES = [
         },
     },
 ]
+
+# Every form renders through one field template: errors inside their field (core/forms.py).
+FORM_RENDERER = "core.forms.QuantaFormRenderer"
 
 # --- Database -------------------------------------------------------------------------------
 _database_url = envurl(
@@ -493,15 +497,37 @@ SSH_PUBLIC_HOST = envstr("SSH_PUBLIC_HOST", "")  # what the how-to shows; defaul
 # through the notebook proxy (workloads.permissions.can_control).
 SSH_STAFF_ACCESS = envbool("SSH_STAFF_ACCESS", True)
 
+LOG_LEVEL = envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+# One handler, at the root: every line once, in one format. Django's own handlers (its
+# DEBUG-only console handler on "django", "django.server"'s) are replaced, or each request
+# would be written twice. A refusal (4xx) never carries a traceback; below DEBUG it is left to
+# the server's access line, and tasks that just ran say nothing (core/logs.py).
+_quiet = LOG_LEVEL != "DEBUG"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    # asyncssh reports every connection and channel at INFO; the gateway logs its own.
-    "loggers": {"asyncssh": {"level": "WARNING"}},
-    "root": {
-        "handlers": ["console"],
-        "level": envchoice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    "filters": {
+        "no_traceback": {"()": "core.logs.ClientErrorsWithoutTraceback"},
+        "drop_client_errors": {"()": "core.logs.DropClientErrors"},
+        "quiet_tasks": {"()": "core.logs.QuietTaskSuccess"},
     },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "django": {"handlers": [], "propagate": True},
+        "django.server": {"handlers": [], "propagate": True},
+        "django.request": {
+            "handlers": [],
+            "propagate": True,
+            "filters": ["no_traceback", *(["drop_client_errors"] if _quiet else [])],
+        },
+        "celery.app.trace": {
+            "handlers": [],
+            "propagate": True,
+            "filters": ["quiet_tasks"] if _quiet else [],
+        },
+        # asyncssh reports every connection and channel at INFO; the gateway logs its own.
+        "asyncssh": {"level": "WARNING"},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }

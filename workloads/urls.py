@@ -6,6 +6,7 @@ urlpatterns = [
     path("apps/", views.app_center, name="app-center"),
     path("apps/<slug:slug>/launch/", views.launch, name="launch"),
     path("workloads/", views.workload_list, name="workloads"),
+    path("workloads/stop/", views.stop_selected, name="workloads-stop"),
     path("usage/", views.usage_page, name="usage"),
     path("desktop/", views.desktop, name="desktop"),
     path("workloads/new-job/", views.new_job, name="new-job"),

@@ -10,19 +10,24 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
+from tenants.permissions import Access
 from workloads import datasets, services, utilisation
 from workloads.admission_checks import Ask, refusal_for
 from workloads.choices import ACTIVE, State
 from workloads.costs import budget_of, cost_so_far, hourly_prices
+from workloads.filtersets import WorkloadFilterSet
 from workloads.forms import JobForm, LaunchForm
 from workloads.launch import cannot_run
 from workloads.models import AppTemplate, Flavor, Workload
@@ -114,12 +119,94 @@ def launch(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return redirect("workload", pk=workload.pk)
 
 
+PAGE_SIZE = 25
+# The sortable columns of the list: ?ordering= value, and whether the first click sorts
+# newest / longest first.
+SORTABLE = {"name": False, "state": False, "start": True, "end": True, "duration": True}
+
+
 @login_required
 def workload_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    workloads = Workload.objects.filter(visible_workloads(request.user)).select_related(
+    """Your workloads and, for teachers, their classes': filtered and sorted with the API's
+    filterset, 25 a page; the active ones you may stop can be stopped together."""
+    visible = Workload.objects.filter(visible_workloads(request.user)).select_related(
         "owner", "tenant", "template", "flavor"
-    )[:200]
-    return render(request, "workloads/list.html", {"workloads": workloads})
+    )
+    filters = WorkloadFilterSet(request.GET, queryset=visible, request=request)
+    # A filter that cannot be read (a state that does not exist, a class not yours) shows its
+    # error on its field and lists nothing, rather than everything.
+    found = filters.qs if filters.is_valid() else filters.queryset.none()
+    page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+    for workload in page:
+        workload.can_stop = workload.is_active and can_control(request.user, workload)
+    current = request.GET.get("ordering", "")
+    sorts = {}
+    for key, newest_first in SORTABLE.items():
+        if current == key:
+            sorts[key] = {"next": f"-{key}", "aria": "ascending"}
+        elif current == f"-{key}":
+            sorts[key] = {"next": key, "aria": "descending"}
+        else:
+            sorts[key] = {"next": f"-{key}" if newest_first else key, "aria": ""}
+    return render(
+        request,
+        "workloads/list.html",
+        {
+            "filters": filters,
+            "page": page,
+            "workloads": page.object_list,
+            "sorts": sorts,
+            "manages": Access.of(request.user).manages_anything(),
+            "stoppable": any(w.can_stop for w in page),
+        },
+    )
+
+
+@login_required
+@require_POST
+def stop_selected(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Stop the ticked workloads: only those the reader may stop and that are still active;
+    the rest are left alone and counted."""
+    wanted = set(request.POST.getlist("workload"))
+    if not wanted:
+        messages.warning(request, _("Tick the workloads to stop first."))
+        return redirect(_back_to_list(request))
+    try:
+        found = list(
+            Workload.objects.filter(visible_workloads(request.user), pk__in=wanted)
+            .select_related("owner", "tenant")
+            .order_by("created_at")
+        )
+    except ValidationError:  # not a workload id at all
+        return HttpResponseBadRequest(_("Not a workload: pick from the list."))
+    stopped = 0
+    for workload in found:
+        if workload.is_active and can_control(request.user, workload):
+            stopped += bool(services.stop(actor=request.user, workload=workload))
+    skipped = len(wanted) - stopped
+    if stopped:
+        messages.success(
+            request,
+            ngettext("Stopping %(n)d workload.", "Stopping %(n)d workloads.", stopped)
+            % {"n": stopped},
+        )
+    if skipped:
+        messages.warning(
+            request,
+            ngettext(
+                "%(n)d workload was left alone: it has ended or is not yours to stop.",
+                "%(n)d workloads were left alone: they have ended or are not yours to stop.",
+                skipped,
+            )
+            % {"n": skipped},
+        )
+    return redirect(_back_to_list(request))
+
+
+def _back_to_list(request: HttpRequest) -> str:
+    """The list as the reader had it (its filters, sort and page), never another site."""
+    query = request.POST.get("query", "")
+    return reverse("workloads") + (f"?{query}" if query and "//" not in query else "")
 
 
 def _controlled(request: HttpRequest, pk: str) -> Workload:

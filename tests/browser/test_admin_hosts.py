@@ -39,6 +39,7 @@ def test_an_admin_sees_a_vgpu_share_allocated_while_it_runs_and_free_after_stop(
     expect(held).not_to_contain_text("free")
     expect(gpus.filter(has_text="free")).to_have_count(1)
 
+    student.once("dialog", lambda dialog: dialog.accept())  # "Stop …? Unsaved work is lost."
     student.get_by_role("button", name="Stop").click()
     expect(badge).to_have_attribute("data-state", "Stopped", timeout=30_000)
 

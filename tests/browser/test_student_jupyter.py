@@ -92,6 +92,7 @@ def test_a_student_watches_jupyter_go_from_queued_to_running_and_runs_a_cell(
     )
 
     # Stop it, as a student would: a member may run one environment of the grant at a time.
+    page.once("dialog", lambda dialog: dialog.accept())  # "Stop …? Unsaved work is lost."
     page.get_by_role("button", name="Stop").click()
     expect(page.locator("h1 [data-state]")).to_have_attribute(
         "data-state", "Stopped", timeout=30_000

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Model, QuerySet
 from django.utils.translation import gettext as _
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -22,6 +23,7 @@ from scheduling.backends.registry import get_backend
 from workloads import catalog, grants, services, utilisation
 from workloads.api import serializers as s
 from workloads.choices import WorkloadKind
+from workloads.filtersets import WorkloadFilterSet
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 from workloads.permissions import can_control, visible_workloads
 from workloads.specs import handle_for
@@ -165,12 +167,14 @@ class AppCenterViewSet(viewsets.GenericViewSet):
 
 
 class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Your environments and jobs (and, for teachers, their classes')."""
+    """Your environments and jobs (and, for teachers, their classes'). Filters and sorting
+    are the workload page's (``workloads.filtersets``): ``?state=active``, ``?kind=job``,
+    ``?tenant=<slug>``, ``?owner=<username>``, ``?ordering=-duration``."""
 
     queryset = Workload.objects.none()
     serializer_class = s.WorkloadSerializer
-    filterset_fields = ["state", "kind", "tenant__slug", "owner__username"]
-    ordering_fields = ["created_at", "state"]
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = WorkloadFilterSet
 
     def get_queryset(self) -> QuerySet[Workload]:
         return (

@@ -1,7 +1,9 @@
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from django import template
+from django.utils.translation import gettext as _
 
 from workloads import windows as weekly
 from workloads.choices import State
@@ -33,3 +35,21 @@ def state_label(value: str) -> str:
 def windows(value: Sequence[dict[str, Any]] | None) -> str:
     """A grant's weekly time windows ("Tue 14:00–16:00") with the reader's day names."""
     return weekly.describe_local(value or [])
+
+
+@register.filter
+def duration(value: dt.timedelta | None) -> str:
+    """A run's length, short: "3 d 4 h", "2 h 05 min", "12 min", "40 s"; "" for none."""
+    if value is None:
+        return ""
+    seconds = max(0, int(value.total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return _("%(d)d d %(h)d h") % {"d": days, "h": hours}
+    if hours:
+        return _("%(h)d h %(m)02d min") % {"h": hours, "m": minutes}
+    if minutes:
+        return _("%(m)d min") % {"m": minutes}
+    return _("%(s)d s") % {"s": seconds}
