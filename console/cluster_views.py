@@ -90,6 +90,13 @@ def allocation_history(
     running intervals and their flavors' GPU equivalents (one query for all clusters)."""
     local = timezone.localtime(now)
     start = local.replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=days) + step
+    return allocation_series(clusters, start=start, now=now, step=step)
+
+
+def allocation_series(
+    clusters: Sequence[Cluster], *, start: dt.datetime, now: dt.datetime, step: dt.timedelta
+) -> dict[int, list[tuple[dt.datetime, float]]]:
+    """GPUs allocated per cluster in each ``step`` from ``start`` to ``now`` (one query)."""
     rows = (
         Workload.objects.filter(cluster__in=clusters, started_at__isnull=False, started_at__lt=now)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
@@ -164,9 +171,9 @@ class ClusterSummary:
         return total
 
 
-@superuser_required
-def overview(request: HttpRequest) -> HttpResponse:
-    clusters = list(Cluster.objects.order_by("name"))
+def cluster_summaries(clusters: Sequence[Cluster]) -> dict[int, ClusterSummary]:
+    """Per cluster: GPUs allocated and stranded per model, nodes, cordons, work holding and
+    waiting (four queries for any number of clusters)."""
     summaries = {c.pk: ClusterSummary(c) for c in clusters}
     uses: dict[tuple[int, str], ModelUse] = {}
     devices = (
@@ -203,6 +210,13 @@ def overview(request: HttpRequest) -> HttpResponse:
     ):
         summaries[counts["cluster_id"]].running = counts["running"]
         summaries[counts["cluster_id"]].waiting = counts["waiting"]
+    return summaries
+
+
+@superuser_required
+def overview(request: HttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.order_by("name"))
+    summaries = cluster_summaries(clusters)
     history = allocation_history(clusters, now=timezone.now())
     for cluster in clusters:
         summary = summaries[cluster.pk]

@@ -4,7 +4,6 @@ from django.urls import path
 from tenants import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path("notices/read/", views.read_notices, name="notices-read"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
