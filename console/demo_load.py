@@ -56,7 +56,7 @@ LIFETIME_S = (40, 240)  # real seconds a drawn workload runs, from its openb dur
 KEEP_FINISHED = dt.timedelta(hours=24)
 
 # openb's requests rounded to sizes: a share of one GPU, or whole GPUs.
-FLAVORS = [
+FLAVORS: list[dict[str, Any]] = [
     {"slug": "sim-share-25", "name": "¼ GPU share (simulated)", "gpu_milli": 250},
     {"slug": "sim-share-50", "name": "½ GPU share (simulated)", "gpu_milli": 500},
     {"slug": "sim-gpu-1", "name": "1 GPU (simulated)", "gpus": 1},
@@ -153,12 +153,15 @@ def seed(admin: Any) -> Tenant | None:
             },
         )
     flavors = Flavor.objects.filter(slug__in=[f["slug"] for f in FLAVORS])
+    image = Image.objects.filter(slug="pytorch-2-13").first() or Image.objects.first()
+    if image is None:
+        return None  # no catalog seeded: nothing to launch from
     template, created = AppTemplate.objects.get_or_create(
         slug=TEMPLATE,
         defaults={
             "name": "Simulated research load",
             "kind": "jupyter",
-            "image": Image.objects.order_by("pk").first(),
+            "image": image,
             "default_flavor": flavors.get(slug="sim-share-25"),
             "description": "The demo's background load on the simulated GPU farm.",
         },

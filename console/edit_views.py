@@ -71,21 +71,24 @@ class PriorityClassForm(forms.ModelForm):
         }
 
 
-class ToolsField(forms.CharField):
+class ToolsField(forms.Field):
     """A list of tool names, typed as "jupyterlab, tensorboard"."""
+
+    widget = forms.TextInput
 
     def prepare_value(self, value: Any) -> Any:
         return ", ".join(value) if isinstance(value, list) else value
 
     def to_python(self, value: Any) -> list[str]:
-        text = super().to_python(value)
+        text = str(value or "")
+        if len(text) > 2000:
+            raise ValidationError(_("at most 2000 characters"))
         return [t.strip() for t in text.split(",") if t.strip()]
 
 
 class ImageForm(forms.ModelForm):
     tools = ToolsField(
         required=False,
-        max_length=2000,
         label=gettext_lazy("Tools"),
         help_text=gettext_lazy("Separated by commas, e.g. jupyterlab, tensorboard, terminal."),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -164,7 +165,7 @@ def teacher_dashboard(access: Access, now: dt.datetime) -> dict[str, Any]:
 @dataclass
 class WaitingGroup:
     cluster: str
-    example: dict[str, Any]
+    example: Mapping[str, Any]
     count: int = 0
     oldest: dt.datetime | None = None
     tenants: set[str] = field(default_factory=set)
