@@ -178,7 +178,7 @@ def cluster_summaries(clusters: Sequence[Cluster]) -> dict[int, ClusterSummary]:
     uses: dict[tuple[int, str], ModelUse] = {}
     devices = (
         GpuDevice.objects.with_allocated()
-        .filter(node__gone_at__isnull=True)
+        .filter(node__gone_at__isnull=True, node__cluster__in=clusters)
         # The plugin does not see annotations added inside a QuerySet method (allocated_milli,
         # by with_allocated()), so it reports the name as no field; the query is right.
         .values_list("node__cluster_id", "model", "allocated_milli")  # type: ignore[misc]
@@ -194,14 +194,14 @@ def cluster_summaries(clusters: Sequence[Cluster]) -> dict[int, ClusterSummary]:
     for (cluster_id, _model), use in sorted(uses.items(), key=lambda item: item[0]):
         summaries[cluster_id].models.append(use)
     for row in (
-        Node.objects.filter(gone_at__isnull=True)
+        Node.objects.filter(gone_at__isnull=True, cluster__in=clusters)
         .values("cluster_id")
         .annotate(n=Count("pk"), cordoned=Count("pk", filter=Q(cordoned=True)))
     ):
         summaries[row["cluster_id"]].nodes = row["n"]
         summaries[row["cluster_id"]].cordoned = row["cordoned"]
     for counts in (
-        Workload.objects.filter(state__in=WAITING + HOLDING)
+        Workload.objects.filter(state__in=WAITING + HOLDING, cluster__in=clusters)
         .values("cluster_id")
         .annotate(
             running=Count("pk", filter=Q(state__in=HOLDING)),

@@ -11,8 +11,9 @@ as a job or a session through the same launch functions a person's launch uses, 
 sessions whose time is up, and deletes its own finished work after a day.
 
 It is bounded: at most ``MAX_ACTIVE`` of its workloads wait or run at once, the tenant's quota
-is half the farm's GPUs (so the rest stays free for the students' own simulated GPU sessions,
-and work over that waits in the queue with its reason), and its finished rows are pruned.
+is ``QUOTA_GPUS`` (24 of the farm's 128 GPUs; the rest stays free for the students' own
+simulated GPU sessions, and the load's work over it waits with the quota as its reason), and
+its finished rows are pruned.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.utils import timezone
 
-from scheduling.models import Cluster
+from scheduling.models import Cluster, GpuDevice
 from scheduling.whatif import SAMPLE_DIR
 from tenants import services as tenant_services
 from tenants.choices import Role, TenantKind
@@ -49,7 +50,10 @@ ORGANISATION = ("sim-load", "Simulated research load")
 PROJECT = ("sim-openb", "openb replay (simulated)")
 USERS = [f"simuser{n}" for n in range(1, 9)]
 TEMPLATE = "jupyter-sim-load"
-MAX_ACTIVE = 40
+MAX_ACTIVE = 48
+# The load's GPU quota (at most half the farm): its steady state is about this much, so some
+# of its work waits in the queue with the quota as its reason.
+QUOTA_GPUS = 24
 SUBMITS_PER_TICK = 2  # every DEMO_LOAD_SECONDS: a start of ~20 workloads in the first minute
 SESSION_SHARE = 0.25  # of the submissions: sessions (stopped when their time is up)
 LIFETIME_S = (40, 240)  # real seconds a drawn workload runs, from its openb duration
@@ -120,8 +124,10 @@ def seed(admin: Any) -> Tenant | None:
         organisation = tenant_services.create_tenant(
             actor=admin, kind=TenantKind.ORGANISATION, slug=ORGANISATION[0], name=ORGANISATION[1]
         )
-        gpus = sum(n.gpus.count() for n in cluster.nodes.all()) or 128
-        tenant_services.set_quota(actor=admin, tenant=organisation, gpus=Decimal(gpus // 2))
+        farm = GpuDevice.objects.filter(node__cluster=cluster).count() or 128
+        tenant_services.set_quota(
+            actor=admin, tenant=organisation, gpus=Decimal(min(QUOTA_GPUS, farm // 2))
+        )
     project = Tenant.objects.filter(slug=PROJECT[0]).first() or tenant_services.create_tenant(
         actor=admin,
         kind=TenantKind.PROJECT,
