@@ -58,6 +58,18 @@ SUBMITS_PER_TICK = 2  # every DEMO_LOAD_SECONDS: a start of ~20 workloads in the
 SESSION_SHARE = 0.25  # of the submissions: sessions (stopped when their time is up)
 LIFETIME_S = (40, 240)  # real seconds a drawn workload runs, from its openb duration
 KEEP_FINISHED = dt.timedelta(hours=24)
+# Demo students who also try the classes' simulated GPU template, so that the teachers'
+# dashboards have sessions to show: a few of each class, never the ones the docs and the
+# browser tests sign in as (student1 … student6). At most CLASS_SESSIONS at once, one started
+# a tick while fewer run, each stopped after its lifetime like the load's own.
+CLASS_USERS = [
+    f"student{n}"
+    for trio in zip(range(7, 13), range(17, 23), range(25, 31), strict=True)
+    for n in trio
+]
+CLASS_TEMPLATE = "jupyter-sim"
+CLASS_FLAVOR = "vgpu-8g"
+CLASS_SESSIONS = 6
 
 # openb's requests rounded to sizes: a share of one GPU, or whole GPUs.
 FLAVORS: list[dict[str, Any]] = [
@@ -200,20 +212,23 @@ def tick(*, now: dt.datetime | None = None, rng: random.Random | None = None) ->
     own are active. What it did, counted."""
     now = now or timezone.now()
     rng = rng or random.Random()
-    done = {"stopped": 0, "submitted": 0, "refused": 0, "pruned": 0}
+    done = {"stopped": 0, "submitted": 0, "refused": 0, "pruned": 0, "class_sessions": 0}
     project = Tenant.objects.filter(slug=PROJECT[0]).first()
     template = AppTemplate.objects.filter(slug=TEMPLATE).first()
     if project is None or template is None:
         return done
     mine = Workload.objects.filter(tenant=project)
-    for session in mine.filter(kind=WorkloadKind.NOTEBOOK, state=State.RUNNING).exclude(
-        started_at=None
-    ):
+    in_class = Workload.objects.filter(
+        template__slug=CLASS_TEMPLATE, owner__username__in=CLASS_USERS
+    )
+    running = (mine | in_class).filter(kind=WorkloadKind.NOTEBOOK, state=State.RUNNING)
+    for session in running.exclude(started_at=None):
         assert session.started_at is not None
         if session.started_at + _lifetime(session) <= now:
             done["stopped"] += services.stop(actor=None, workload=session, reason="")
     old = mine.filter(state__in=TERMINAL, finished_at__lt=now - KEEP_FINISHED)
     done["pruned"] = old.delete()[1].get(Workload._meta.label, 0)
+    done["class_sessions"] = _class_session(in_class)
     active = dict(
         mine.filter(state__in=ACTIVE).values_list("owner__username").annotate(n=Count("pk"))
     )
@@ -250,6 +265,27 @@ def tick(*, now: dt.datetime | None = None, rng: random.Random | None = None) ->
         active[username] = active.get(username, 0) + 1
         done["submitted"] += 1
     return done
+
+
+def _class_session(in_class: Any) -> int:
+    """Start one demo student's simulated GPU session while fewer than CLASS_SESSIONS run
+    (the first student in CLASS_USERS with none); how many were started (0 or 1)."""
+    busy = set(in_class.filter(state__in=ACTIVE).values_list("owner__username", flat=True))
+    if len(busy) >= CLASS_SESSIONS:
+        return 0
+    template = AppTemplate.objects.filter(slug=CLASS_TEMPLATE).first()
+    flavor = Flavor.objects.filter(slug=CLASS_FLAVOR).first()
+    free = [name for name in CLASS_USERS if name not in busy]
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=free)}
+    user = next((users[name] for name in free if name in users), None)
+    if template is None or flavor is None or user is None:
+        return 0
+    try:
+        services.launch_environment(actor=user, template=template, flavor=flavor)
+    except ValidationError as exc:  # the class's quota or budget said no: fine for a demo
+        logger.info("demo load, %s: %s", user.username, exc)
+        return 0
+    return 1
 
 
 def _speedup() -> float:

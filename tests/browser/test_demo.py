@@ -1,7 +1,8 @@
 """The living demo in the browser: a portal of its own with the background load on
 (DEMO_LOAD=true, as `make run` has it), whose admin home page shows a GPU chart that is not
 flat within a minute of the portal answering; a student launches a GPU size on the simulated
-farm and sees it Running; each role's home page shows its dashboard.
+farm and sees it Running; each role's home page shows its dashboard, the teacher's with the
+simulated sessions the load starts for a few demo students.
 
 The session's ``portal`` runs without the load (its tests need a quiet cluster); this one is
 started here, seeded the same way."""
@@ -99,7 +100,9 @@ def test_each_roles_home_page_shows_its_dashboard(chromium: Browser, demo: Porta
     expect(classes).to_contain_text("ML-101")
     expect(classes).to_contain_text("DL-201")
     expect(classes).not_to_contain_text("SP-210")  # teacher2's
-    expect(teacher.locator('[data-dashboard="teacher-running"]')).to_be_visible()
+    # The load has demo students of ML-101 and DL-201 run simulated GPU sessions.
+    running = teacher.locator('[data-dashboard="teacher-running"]')
+    expect(running.locator("tbody tr", has_text="simulated").first).to_be_visible()
     expect(teacher.locator('[data-dashboard="admin-health"]')).to_have_count(0)
 
     admin = signed_in(chromium, demo, "admin")

@@ -86,7 +86,8 @@ def test_sessions_are_stopped_when_their_time_is_up_and_old_work_is_pruned(
     reconcile.reconcile(demo)
     load = Workload.objects.filter(tenant__slug="sim-openb")
     later = timezone.now() + dt.timedelta(seconds=demo_load.LIFETIME_S[1] + 1)
-    running_sessions = load.filter(kind="notebook", state=State.RUNNING).count()
+    # The load's sessions and the demo students' (nothing else runs in this demo).
+    running_sessions = Workload.objects.filter(kind="notebook", state=State.RUNNING).count()
     with django_capture_on_commit_callbacks(execute=True):
         done = demo_load.tick(now=later, rng=random.Random(4))
     assert done["stopped"] == running_sessions
@@ -104,3 +105,23 @@ def test_the_task_does_nothing_unless_demo_load_is_on(demo, settings) -> None:
     assert not Workload.objects.exists()
     settings.DEMO_LOAD = True
     assert run_demo_load.apply().get()["submitted"] == demo_load.SUBMITS_PER_TICK
+
+
+def test_some_demo_students_run_simulated_gpu_sessions_for_the_teachers_to_see(
+    demo, django_capture_on_commit_callbacks
+) -> None:
+    ticks(demo_load.CLASS_SESSIONS + 2, django_capture_on_commit_callbacks, seed=6)
+    sessions = Workload.objects.filter(template__slug="jupyter-sim")
+    assert sessions.count() == demo_load.CLASS_SESSIONS  # a few at once, no more
+    owners = set(sessions.values_list("owner__username", flat=True))
+    assert owners <= set(demo_load.CLASS_USERS)
+    assert not owners & {f"student{n}" for n in range(1, 7)}  # those the docs sign in as
+    classes = set(sessions.values_list("tenant__slug", flat=True))
+    assert classes == {"ml-101", "dl-201", "sp-210"}
+    assert set(sessions.values_list("cluster__slug", flat=True)) == {"sim"}
+    reconcile.reconcile(demo)
+    assert sessions.filter(state=State.RUNNING).count() == demo_load.CLASS_SESSIONS
+    later = timezone.now() + dt.timedelta(seconds=demo_load.LIFETIME_S[1] + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        demo_load.tick(now=later, rng=random.Random(7))
+    assert not sessions.filter(state=State.RUNNING).exists()  # stopped when their time is up
