@@ -95,6 +95,9 @@ def main() -> None:
         f" on {platform.node()} ({os.cpu_count()} cores, {connection.vendor}), "
         f"{timezone.now():%Y-%m-%d}.",
         "",
+        "GPUs allocated counts all of the farm's work: the load's own and the demo students' "
+        "simulated GPU sessions it starts; the load's columns count its own tenant only.",
+        "",
         "| seconds | GPUs allocated | of | stranded GPUs | load running | load waiting "
         "| load workloads so far | chart points above 0 |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
