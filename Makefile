@@ -42,9 +42,11 @@ apps:
 # Embedded default: SQLite, in-process tasks, in-memory channel layer, local backend, demo data,
 # with DEBUG off (`make run DEBUG=true` for Django's debug pages): whitenoise serves the static
 # files, collected again whenever they or the dependencies change. Plain HTTP on 127.0.0.1:
-# cookies without the Secure flag, mail printed to the console.
+# cookies without the Secure flag, mail printed to the console, and the demo's background
+# load of simulated sessions and jobs on the simulated GPU farm (DEMO_LOAD=false: without).
 run: export SECURE_COOKIES ?= false
 run: export EMAIL_BACKEND ?= django.core.mail.backends.console.EmailBackend
+run: export DEMO_LOAD ?= true
 run: $(RUN_STAMP) $(STATIC_STAMP)
 	-./scripts/install-apps.sh  # never fails the run: without them those apps are not offered
 	$(BIN)/python manage.py migrate --noinput

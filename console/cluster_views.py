@@ -91,6 +91,13 @@ def allocation_history(
     running intervals and their flavors' GPU equivalents (one query for all clusters)."""
     local = timezone.localtime(now)
     start = local.replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=days) + step
+    return allocation_series(clusters, start=start, now=now, step=step)
+
+
+def allocation_series(
+    clusters: Sequence[Cluster], *, start: dt.datetime, now: dt.datetime, step: dt.timedelta
+) -> dict[int, list[tuple[dt.datetime, float]]]:
+    """GPUs allocated per cluster in each ``step`` from ``start`` to ``now`` (one query)."""
     rows = (
         Workload.objects.filter(cluster__in=clusters, started_at__isnull=False, started_at__lt=now)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
@@ -165,14 +172,14 @@ class ClusterSummary:
         return total
 
 
-@superuser_required
-def overview(request: HttpRequest) -> HttpResponse:
-    clusters = list(Cluster.objects.order_by("name"))
+def cluster_summaries(clusters: Sequence[Cluster]) -> dict[int, ClusterSummary]:
+    """Per cluster: GPUs allocated and stranded per model, nodes, cordons, work holding and
+    waiting (four queries for any number of clusters)."""
     summaries = {c.pk: ClusterSummary(c) for c in clusters}
     uses: dict[tuple[int, str], ModelUse] = {}
     devices = (
         GpuDevice.objects.with_allocated()
-        .filter(node__gone_at__isnull=True)
+        .filter(node__gone_at__isnull=True, node__cluster__in=clusters)
         # The plugin does not see annotations added inside a QuerySet method (allocated_milli,
         # by with_allocated()), so it reports the name as no field; the query is right.
         .values_list("node__cluster_id", "model", "allocated_milli")  # type: ignore[misc]
@@ -188,14 +195,14 @@ def overview(request: HttpRequest) -> HttpResponse:
     for (cluster_id, _model), use in sorted(uses.items(), key=lambda item: item[0]):
         summaries[cluster_id].models.append(use)
     for row in (
-        Node.objects.filter(gone_at__isnull=True)
+        Node.objects.filter(gone_at__isnull=True, cluster__in=clusters)
         .values("cluster_id")
         .annotate(n=Count("pk"), cordoned=Count("pk", filter=Q(cordoned=True)))
     ):
         summaries[row["cluster_id"]].nodes = row["n"]
         summaries[row["cluster_id"]].cordoned = row["cordoned"]
     for counts in (
-        Workload.objects.filter(state__in=WAITING + HOLDING)
+        Workload.objects.filter(state__in=WAITING + HOLDING, cluster__in=clusters)
         .values("cluster_id")
         .annotate(
             running=Count("pk", filter=Q(state__in=HOLDING)),
@@ -204,6 +211,13 @@ def overview(request: HttpRequest) -> HttpResponse:
     ):
         summaries[counts["cluster_id"]].running = counts["running"]
         summaries[counts["cluster_id"]].waiting = counts["waiting"]
+    return summaries
+
+
+@superuser_required
+def overview(request: HttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.order_by("name"))
+    summaries = cluster_summaries(clusters)
     history = allocation_history(clusters, now=timezone.now())
     for cluster in clusters:
         summary = summaries[cluster.pk]

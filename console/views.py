@@ -244,7 +244,6 @@ def catalog(request: HttpRequest) -> HttpResponse:
             "images": images,
             "templates": rows,
             "flavors": flavors,
-            "image_links": _edit_links(Image, "image"),
             "template_links": _edit_links(AppTemplate, "template"),
             "flavor_links": _edit_links(Flavor, "flavor"),
         },

@@ -65,4 +65,9 @@ app.conf.beat_schedule = {
     "kubernetes-objects": {"task": "quanta.cluster.kubernetes_objects", "schedule": 300.0},
     # Model servers' time windows (昼推夜训): minReplicas up by day, down at night.
     "serving-schedules": {"task": "quanta.cluster.apply_serving_schedules", "schedule": 60.0},
+    # The living demo's load on the simulated farm: does nothing unless DEMO_LOAD=true.
+    "demo-load": {
+        "task": "quanta.console.demo_load",
+        "schedule": _seconds("DEMO_LOAD_SECONDS", 5.0, 1.0),
+    },
 }

@@ -57,6 +57,9 @@ LOCAL_SANDBOX_NETWORK = envchoice("LOCAL_SANDBOX_NETWORK", "host", ("host", "non
 LOCAL_SANDBOX_PIDS_MAX = envint("LOCAL_SANDBOX_PIDS_MAX", 4096, minimum=16)
 LOCAL_CGROUP_PARENT = envstr("LOCAL_CGROUP_PARENT", "")
 DEMO_PASSWORD = envstr("DEMO_PASSWORD", "")
+# The living demo (console.demo_load): simulated sessions and jobs on the simulated GPU farm.
+# `make run` turns it on; off everywhere else.
+DEMO_LOAD = envbool("DEMO_LOAD", False)
 # Datasets (workloads.datasets): registered folders live under DATASETS_DIR; uploads are
 # unpacked into its "uploads" folder, each at most DATASET_UPLOAD_MAX_MB unpacked.
 # Billing: PostgreSQL connections a settlement tick uses at once (1: one at a time).

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from console import home
 from portal import health, metrics
 from portal.api import AuditEventViewSet
 from portal.notices_api import NoticeViewSet
@@ -32,6 +33,7 @@ urlpatterns = [
     path("teaching/", include("workloads.teaching_urls")),
     path("console/", include("console.urls")),
     path("billing/", include("billing.urls")),
+    path("", home.home, name="home"),  # a dashboard for each role (console.home)
     path("", include("scheduling.whatif_urls")),
     path("", include("workloads.urls")),
     path("", include("tenants.urls")),

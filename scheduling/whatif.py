@@ -23,6 +23,19 @@ from scheduling.models import Cluster, WhatIfRun
 
 MAX_SEEDS = 5
 MAX_TRACE_BYTES = 8 * 1024 * 1024
+# A small trace shipped with Quanta (scripts/openb_sample.py made it from openb's default pod
+# list): 60 GPU nodes and 800 pods, about a second per policy and seed, enough that the
+# policies differ. The what-if page offers it as its default input.
+SAMPLE_DIR = Path(__file__).resolve().parent / "data"
+SAMPLE_NAME = "openb sample (60 nodes, 800 pods)"
+
+
+def sample_trace() -> tuple[str, str]:
+    """The shipped sample: (node list, pod list) as CSV text."""
+    return (
+        (SAMPLE_DIR / "openb_sample_nodes.csv").read_text(),
+        (SAMPLE_DIR / "openb_sample_pods.csv").read_text(),
+    )
 
 
 def cluster_nodes(cluster: Cluster) -> list[CoreNode]:

@@ -5,7 +5,6 @@ from tenants import views
 from tenants.forms import CampusAuthenticationForm
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path("notices/read/", views.read_notices, name="notices-read"),
     path(
         "login/",

@@ -24,33 +24,8 @@ from tenants.auth import SIGN_IN_ERROR
 from tenants.choices import TenantKind
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
-from tenants.models import ApiToken, Membership, SshKey, Tenant
+from tenants.models import ApiToken, SshKey
 from tenants.permissions import Access
-
-
-@login_required
-def home(request: AuthenticatedHttpRequest) -> HttpResponse:
-    memberships = (
-        Membership.objects.filter(user=request.user)
-        .select_related("tenant", "tenant__quota")
-        .order_by("tenant__path")
-    )
-    access = Access.of(request.user)
-    managed = (
-        Tenant.objects.filter(access.managed_tenants()).select_related("quota")
-        if access.manages_anything()
-        else Tenant.objects.none()
-    )
-    return render(
-        request,
-        "tenants/home.html",
-        {
-            "memberships": memberships,
-            "managed": managed,
-            "can_import": access.manages_anything(),
-            "notices": notices.recent(request.user),
-        },
-    )
 
 
 @login_required

@@ -112,6 +112,10 @@ def _check_template(
     program = fields.get("program", getattr(template, "program", ""))
     if kind == AppKind.DESKTOP and not program:
         raise ValidationError({"program": _("a desktop needs a program to start, e.g. xterm")})
+    image = fields.get("image")
+    if image is not None and not image.is_active and image != getattr(template, "image", None):
+        # A retired image stays on the templates that have it; no template takes it up anew.
+        raise ValidationError({"image": _("%(image)s is retired") % {"image": image.name}})
     default = default_flavor or getattr(template, "default_flavor", None)
     if allowed_flavors is not None and default is not None and default not in allowed_flavors:
         raise ValidationError({"default_flavor": _("must be one of the allowed flavors")})

@@ -116,6 +116,16 @@ TEMPLATES: list[dict[str, Any]] = [
         "description": "PyCharm on a desktop in the browser.",
     },
     {
+        "slug": "jupyter-sim",
+        "name": "JupyterLab · PyTorch on a GPU (simulated)",
+        "kind": "jupyter",
+        "image": "pytorch-2-13",
+        "default": "vgpu-8g",
+        "allowed": ["vgpu-8g", "gpu-1"],
+        "description": "Try a GPU size on the simulated GPU farm: it queues, is placed and "
+        "runs like real work, but nothing executes and there is nothing to open.",
+    },
+    {
         "slug": "model-server",
         "name": "Model server",
         "kind": "model-server",
@@ -142,6 +152,10 @@ GRANTS: list[tuple[str, str, list[str], dict[str, Any]]] = [
         {"max_duration_minutes": 480, "member_limit": 2, "cluster": "sim"},
     ),
     ("dl-201", "vscode", ["cpu-medium"], {}),
+    # Every demo class may try a GPU size on the simulated farm.
+    ("ml-101", "jupyter-sim", ["vgpu-8g", "gpu-1"], {"cluster": "sim", "member_limit": 1}),
+    ("dl-201", "jupyter-sim", ["vgpu-8g", "gpu-1"], {"cluster": "sim", "member_limit": 1}),
+    ("sp-210", "jupyter-sim", ["vgpu-8g"], {"cluster": "sim", "member_limit": 1}),
     (
         "sp-210",
         "jupyter-ds",

@@ -62,6 +62,7 @@ QUANTA_SETTINGS = {
     "REDIS_URL", "CLUSTER_BACKEND", "TIME_ZONE", "LANGUAGE_CODE", "LOG_LEVEL", "SECURE_COOKIES",
     "API_TOKEN_TOUCH_INTERVAL", "DEMO_PASSWORD", "PORT", "DJANGO_SETTINGS_MODULE",
     "EMAIL_BACKEND", "METRICS_TOKEN", "METRICS_ALLOW", "PROMETHEUS_MULTIPROC_DIR",
+    "DEMO_LOAD", "DEMO_LOAD_SECONDS",
 }  # fmt: skip
 
 # Run by `manage.py shell` once the demo is seeded: two configured A100s on "This host", the
@@ -99,6 +100,7 @@ class Portal:
         self.data_dir = data_dir
         self.log = log
         self.tokens: dict[str, str] = {}
+        self.ready_at = 0.0  # time.monotonic() when /healthz first answered
         self._clients: dict[str, httpx.Client] = {}
 
     def api(self, username: str = "admin") -> httpx.Client:
@@ -269,15 +271,23 @@ def _stop_server(server: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def portal(chromium: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Portal]:
+def portal(chromium: Browser) -> Iterator[Portal]:
     """The real portal on a free port, seeded with the demo university; stopped at the end
     with everything it started. (Asks for ``chromium`` first: no browser, no server.)"""
+    with running_portal() as started:
+        yield started
+
+
+@contextlib.contextmanager
+def running_portal(extra_env: dict[str, str] | None = None) -> Iterator[Portal]:
+    """A portal of its own (``portal`` is the session's), with ``extra_env`` added to its
+    settings (``DEMO_LOAD=true`` for tests/browser/test_demo.py)."""
     started = time.monotonic()
     # A short path: apps listen on UNIX sockets under DATA_DIR (at most 107 bytes a path).
     data_dir = Path(tempfile.mkdtemp(prefix="qb-", dir="/tmp"))
     log = data_dir / "serve.log"
     password = "browser-" + secrets.token_urlsafe(9)
-    env = _server_env(data_dir, password)
+    env = {**_server_env(data_dir, password), **(extra_env or {})}
     port = _free_port()
     portal = Portal(f"http://127.0.0.1:{port}", password, data_dir, log)
     _manage(["migrate", "--noinput"], env, log)
@@ -307,6 +317,7 @@ def portal(chromium: Browser, tmp_path_factory: pytest.TempPathFactory) -> Itera
             if time.monotonic() > deadline:
                 raise RuntimeError(f"/healthz did not answer within 60 s:\n{portal.log_tail()}")
             time.sleep(0.2)
+        portal.ready_at = time.monotonic()
         _summary.append(f"portal ready in {time.monotonic() - started:.1f} s; log: {log}")
         yield portal
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -136,3 +138,37 @@ def test_the_whatif_page_shows_trace_errors_on_the_form(world, client) -> None:
 def test_the_whatif_page_is_for_superusers(world, client) -> None:
     client.force_login(world.dean)
     assert client.get("/whatif/").status_code == 403
+
+
+def test_the_whatif_page_offers_the_sample_trace_and_its_policies_differ(
+    world, client, django_capture_on_commit_callbacks
+) -> None:
+    client.force_login(world.root)
+    form = client.get("/whatif/").content.decode()
+    assert re.search(r'<input type="checkbox" name="sample"[^>]* checked', form)
+    assert 'href="/whatif/"' in client.get("/console/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/whatif/", {"sample": "on", "policies": ["random", "bestfit", "fgd"], "seeds": 2}
+        )
+    assert response.status_code == 302, response.content.decode()
+    run = WhatIfRun.objects.get()
+    assert run.status == "done", run.error
+    summary = run.result["summary"]
+    means = {p: s["unallocated_gpu_pct"]["mean"] for p, s in summary.items()}
+    assert None not in means.values()
+    assert len(set(means.values())) == 3  # the policies hand out different amounts
+    assert means["fgd"] < means["random"]  # the paper's ordering on this sample
+    assert any(s["unallocated_gpu_pct"]["std"] > 0 for s in summary.values())
+    page = client.get(response["Location"]).content.decode()
+    for value in means.values():
+        assert f"{value}" in page
+    assert "— ±" not in page
+
+
+def test_without_a_trace_or_the_sample_the_page_says_what_is_missing(world, client) -> None:
+    client.force_login(world.root)
+    response = client.post("/whatif/", {"policies": ["random"], "seeds": 1})
+    assert response.status_code == 200
+    assert "Upload a trace or use the sample." in response.content.decode()
+    assert not WhatIfRun.objects.exists()

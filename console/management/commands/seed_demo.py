@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import demo as billing_demo
+from console import demo_load
 from scheduling import demo as scheduling_demo
 from scheduling.inventory import sync_backend_nodes
 from tenants import services
@@ -86,6 +87,11 @@ class Command(BaseCommand):
         self.stdout.write("  Sign in as admin, teacher1, teacher2 or student1 … student30")
         note = f" (generated, kept in {settings.DATA_DIR / 'demo_password'})" if generated else ""
         self.stdout.write(f"  Password: {password}{note}")
+        if settings.DEMO_LOAD:
+            self.stdout.write(
+                "  A background load of simulated sessions and jobs runs on the simulated GPU"
+                " farm (DEMO_LOAD=false: without)."
+            )
         self.stdout.write("")
 
     def _password(self) -> tuple[str, bool]:
@@ -147,6 +153,7 @@ class Command(BaseCommand):
         sync_backend_nodes(scheduling_demo.seed())
         sync_backend_nodes(scheduling_demo.seed_simulated())
         workloads_demo.seed(admin)
+        demo_load.seed(admin)  # the background load's tenant; it runs with DEMO_LOAD=true
         billing_demo.seed(admin)
 
     def _user(
