@@ -24,7 +24,7 @@ from tenants.auth import SIGN_IN_ERROR
 from tenants.choices import TenantKind
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
-from tenants.models import ApiToken, SshKey
+from tenants.models import ApiToken, SshKey, Tenant
 from tenants.permissions import Access
 
 
