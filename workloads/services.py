@@ -121,8 +121,10 @@ def stop(*, actor: Any, workload: Workload, reason: R.Reason | str = "") -> bool
 
 
 def extend(*, actor: Any, workload: Workload) -> dt.datetime:
-    """Push a running environment's deadline out by the grant's maximum duration (the row
-    locked, so two clicks spend one extension each, never the same one twice)."""
+    """Push a running environment's deadline out by the grant's maximum duration, counted
+    from its current end (the row locked, so two clicks spend one extension each, never the
+    same one twice, and each adds the full time). An extension that would add no time (no
+    deadline) is refused and not spent."""
     if workload.owner_id != actor.pk:
         raise ValidationError({"workload": _("only its owner can extend an environment")})
     with transaction.atomic():
@@ -141,7 +143,13 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
                     % {"n": current.extensions}
                 }
             )
-        deadline = timezone.now() + dt.timedelta(minutes=grant.max_duration_minutes)
+        if current.deadline_at is None or not grant.max_duration_minutes:
+            # Spending an extension that adds no time would only use it up.
+            raise ValidationError({"workload": _("this environment has no time limit to extend")})
+        # From the current end, not from now: two extensions add twice the time.
+        deadline = max(current.deadline_at, timezone.now()) + dt.timedelta(
+            minutes=grant.max_duration_minutes
+        )
         extensions = current.extensions + 1
         Workload.objects.filter(pk=current.pk).update(deadline_at=deadline, extensions=extensions)
         workload.deadline_at, workload.extensions = deadline, extensions

@@ -8,6 +8,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.backends.registry import get_backend
@@ -165,9 +168,15 @@ def stop(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
 def extend(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
     workload = _controlled(request, pk)
     try:
-        services.extend(actor=request.user, workload=workload)
+        deadline = services.extend(actor=request.user, workload=workload)
     except ValidationError as exc:
         _errors(request, exc)
+    else:
+        messages.success(
+            request,
+            _("Extended: it now stops at %(time)s.")
+            % {"time": date_format(timezone.localtime(deadline), "SHORT_DATETIME_FORMAT")},
+        )
     return redirect("workload", pk=workload.pk)
 
 

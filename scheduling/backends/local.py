@@ -80,6 +80,7 @@ APP_NAMES = {
     "tensorboard": "TensorBoard",
 }
 DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
+WARM_KERNELS = Path(__file__).with_name("jupyter_warm.py")  # a Jupyter config file
 MODEL_SERVER = Path(__file__).with_name("model_server.py")
 SERVING_APP = "model-server"  # the template kind of serving workloads
 DESKTOP_PROGRAMS = ("Xvnc", "xauth")
@@ -716,6 +717,8 @@ class LocalBackend:
             (workspaces / TERMINAL_WORKSPACE_FILE).write_text(
                 json.dumps(TERMINAL_WORKSPACE), encoding="utf-8"
             )
+        if not terminal:  # a kernel is up before the first notebook asks (jupyter_warm.py)
+            shutil.copyfile(WARM_KERNELS, dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.py")
         config_file = dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json"
         descriptor = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
@@ -1031,7 +1034,19 @@ class LocalBackend:
                 if not token:
                     return {}
                 body = json.loads(response.read())
-                return body if isinstance(body, dict) else {}
+                body = body if isinstance(body, dict) else {}
+            if state["app"] == "jupyter" and not state.get("ready"):
+                # Running means usable: the warm kernel (jupyter_warm.py) answers too.
+                request = urllib.request.Request(base + "api/kernels")
+                request.add_header("Authorization", f"token {token}")
+                with opener.open(request, timeout=PROBE_TIMEOUT) as response:
+                    kernels = json.loads(response.read()) if response.status == 200 else []
+                if not any(
+                    isinstance(k, dict) and k.get("execution_state") in ("idle", "busy")
+                    for k in kernels
+                ):
+                    return None
+            return body
         except (OSError, ValueError, urllib.error.URLError):
             return None
 

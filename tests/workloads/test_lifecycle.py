@@ -332,6 +332,31 @@ def test_the_maximum_duration_stops_and_extending_moves_it(world, catalog, backe
     assert w.state == State.STOPPED and "maximum duration (240 minutes)" in w.reason
 
 
+def test_each_extension_adds_the_grants_time_to_the_current_end(
+    world, catalog, backend, run
+) -> None:
+    w = _running(world, catalog, backend, run)
+    first = w.deadline_at
+    step = dt.timedelta(minutes=catalog.grant.max_duration_minutes)
+    services.extend(actor=world.bob, workload=w)
+    assert w.deadline_at == first + step  # from the end, not from now
+    services.extend(actor=world.bob, workload=w)
+    assert w.deadline_at == first + 2 * step
+    reasons = [e.reason for e in w.events.all() if e.reason.startswith("extended until")]
+    assert len(set(reasons)) == 2  # two different times, not the same one twice
+
+
+def test_an_extension_that_adds_no_time_is_refused_and_not_spent(
+    world, catalog, backend, run
+) -> None:
+    w = _running(world, catalog, backend, run)
+    Workload.objects.filter(pk=w.pk).update(deadline_at=None)
+    with pytest.raises(ValidationError, match="no time limit to extend"):
+        services.extend(actor=world.bob, workload=w)
+    w.refresh_from_db()
+    assert w.extensions == 0
+
+
 def test_an_expired_grant_rejects_what_waits(world, catalog, backend, run) -> None:
     world.quota(world.class_a, environments=0)
     w = run(services.launch_environment, actor=world.bob, template=catalog.jupyter)

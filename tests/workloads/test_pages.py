@@ -158,3 +158,51 @@ def test_my_desktop_shows_one_card_per_environment_with_its_actions(
     assert "left)" in page  # the time left until the deadline
     other = signed_in(world.charlie).get("/desktop/").content.decode()
     assert str(workload.pk) not in other
+
+
+def _running_environment(world, catalog, backend, signed_in, capture) -> Workload:
+    from scheduling.backends.base import Phase
+    from workloads import reconcile
+
+    with capture(execute=True):
+        signed_in(world.bob).post("/apps/jupyter/launch/", {"flavor": catalog.small.pk})
+    workload = Workload.objects.get()
+    backend.set(workload.pk, Phase.RUNNING)
+    reconcile.reconcile(catalog.cluster)
+    workload.refresh_from_db()
+    return workload
+
+
+def test_extending_from_the_page_says_the_new_end_and_a_refusal_is_an_error(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    catalog.grant.max_extensions = 1
+    catalog.grant.save()
+    workload = _running_environment(
+        world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+    )
+    client = signed_in(world.bob)
+    page = client.post(f"/workloads/{workload.pk}/extend/", follow=True).content.decode()
+    assert '<li class="success">Extended: it now stops at' in page
+    page = client.post(f"/workloads/{workload.pk}/extend/", follow=True).content.decode()
+    assert '<li class="error">already extended 1 time(s), the most the grant allows' in page
+    assert signed_in(world.charlie).post(f"/workloads/{workload.pk}/extend/").status_code == 404
+
+
+def test_the_api_refuses_an_extension_with_a_400_and_the_reason(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    from rest_framework.test import APIClient
+
+    catalog.grant.max_extensions = 0
+    catalog.grant.save()
+    workload = _running_environment(
+        world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+    )
+    api = APIClient()
+    api.force_authenticate(world.bob)
+    response = api.post(f"/api/v1/workloads/{workload.pk}/extend/")
+    assert response.status_code == 400
+    assert "the most the grant allows" in response.json()["workload"][0]
+    api.force_authenticate(world.charlie)
+    assert api.post(f"/api/v1/workloads/{workload.pk}/extend/").status_code == 404
