@@ -26,7 +26,7 @@ from workloads import datasets as datasets_service
 from workloads import reasons as R
 from workloads.admission_checks import Ask, refusal_for
 from workloads.choices import HOLDING, WAITING, AppKind, WorkloadKind
-from workloads.constants import check_env_limits
+from workloads.constants import SHELL, check_env_limits, command_text
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
 from workloads.payer import payer_for
@@ -158,20 +158,29 @@ def _refuse_if_checks_say(ask: Ask) -> None:
 
 
 MAX_COMMAND_CHARS = 256 * 4096
+MAX_SHELL_ARGUMENT_CHARS = 128 * 1024 - 1  # Linux's limit on one argument (MAX_ARG_STRLEN)
 
 
 def parse_command(command: str | Sequence[str]) -> list[str]:
-    """A command is one shell-like string or a list of strings, and nothing else (a number,
-    an object or a list with anything but strings in it is refused, never coerced)."""
+    """A command is one string, run by the shell (``constants.SHELL``) as typed, or a list of
+    strings, an argv run without one; nothing else (a number, an object or a list with
+    anything but strings in it is refused, never coerced). A string whose quotes do not
+    close is refused here rather than by the shell once the job runs."""
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
             raise ValidationError({"command": _("is too long or contains a NUL character")})
         try:
-            argv = shlex.split(command)
+            words = shlex.split(command, comments=True)
         except ValueError as exc:
             raise ValidationError(
                 {"command": _("cannot be read: %(error)s") % {"error": exc}}
             ) from None
+        if not words:
+            raise ValidationError({"command": _("give the command to run, e.g. python train.py")})
+        argv = [*SHELL, command.strip()]
+        if len(argv[2]) > MAX_SHELL_ARGUMENT_CHARS or unstorable(argv[2]):
+            raise ValidationError({"command": _("is too long or contains a NUL character")})
+        return argv
     elif isinstance(command, list | tuple) and all(isinstance(a, str) for a in command):
         argv = list(command)
     else:
@@ -245,7 +254,7 @@ def submit_job(
     with transaction.atomic():
         workload = Workload.objects.create(
             kind=WorkloadKind.JOB,
-            name=(name or argv[0])[:100],
+            name=(name or shlex.split(command_text(argv), comments=True)[0])[:100],
             owner=actor,
             tenant=tenant,
             cluster=grant.cluster or default_cluster(),
@@ -263,6 +272,6 @@ def submit_job(
         created(
             workload,
             actor=actor,
-            reason=R.SUBMITTED(command=f"{shlex.join(argv)[:200]} × {workers}"),
+            reason=R.SUBMITTED(command=f"{command_text(argv)[:200]} × {workers}"),
         )
     return workload
