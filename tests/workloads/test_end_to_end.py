@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
+from django.utils.html import escape
 
 from portal.asgi import application
 from scheduling.backends import registry
