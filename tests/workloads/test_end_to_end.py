@@ -230,6 +230,7 @@ def test_a_job_typed_as_a_shell_loop_runs_in_a_shell_and_its_page_shows_it_as_ty
         client = Client()
         client.force_login(world.bob)
         page = client.get(f"/workloads/{workload.pk}/").content.decode()
-        assert f'<code data-role="command" style="white-space: pre-wrap">{escape(typed)}</code>' in page
+        shown = f'<code data-role="command" style="white-space: pre-wrap">{escape(typed)}</code>'
+        assert shown in page
     finally:
         registry.forget()
