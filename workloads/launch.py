@@ -8,6 +8,8 @@ import datetime as dt
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -21,7 +23,10 @@ from core.reasons import Reason
 from core.text import unstorable
 from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
+from tenants import quota as quota_math
+from tenants import services as tenant_services
 from tenants.models import Membership, Tenant
+from tenants.reasons import RESOURCE_WORDS
 from workloads import datasets as datasets_service
 from workloads import reasons as R
 from workloads.admission_checks import Ask, refusal_for
@@ -157,6 +162,42 @@ def _refuse_if_checks_say(ask: Ask) -> None:
         raise ValidationError({"budget": refusal.render()})
 
 
+def _refuse_if_never_within_quota(tenant: Tenant, actor: Any, request: quota_math.Request) -> None:
+    """A request bigger than a limit of the quota chain could never be admitted, even with
+    nothing else running: refuse it now with the quota's reason (as the App Center words it),
+    rather than queue it for ever. (One that only needs room others use now may wait.)"""
+    quotas, usage = tenant_services._chain(tenant, actor, lock=False)
+    levels = tenant_services._levels(quotas, usage)
+    idle = [replace(level, used={}, member_used={}) for level in levels]
+    never = [r for r in quota_math.refusals(request, idle) if r.resource != "gpu_hours"]
+    if not never:
+        return
+    worst = quota_math.tightest(never)
+    assert worst is not None
+    key = (worst.tenant, worst.resource, worst.per_member)
+    current = next(
+        (
+            r
+            for r in quota_math.refusals(request, levels)
+            if (r.tenant, r.resource, r.per_member) == key
+        ),
+        worst,
+    )
+    raise ValidationError(
+        {
+            "workers": _(
+                "%(why)s: more than the quota allows even with nothing else running; your "
+                "quota allows %(left)s more %(what)s"
+            )
+            % {
+                "why": current.reason.render(),
+                "left": f"{max(Decimal(0), current.room).normalize():f}",
+                "what": _(RESOURCE_WORDS[worst.resource]),
+            }
+        }
+    )
+
+
 MAX_COMMAND_CHARS = 256 * 4096
 MAX_SHELL_ARGUMENT_CHARS = 128 * 1024 - 1  # Linux's limit on one argument (MAX_ARG_STRLEN)
 
@@ -251,6 +292,17 @@ def submit_job(
         )
     payer = payer_for(grant, actor)
     _refuse_if_checks_say(Ask.launch(payer, flavor, actor))
+    _refuse_if_never_within_quota(
+        tenant,
+        actor,
+        quota_math.Request(
+            gpus=flavor.gpu_equivalents * workers,
+            gpu_memory_mib=flavor.gpu_memory_mib * workers,
+            cpu_cores=Decimal(flavor.cpu_milli) / 1000 * workers,
+            memory_mib=flavor.memory_mib * workers,
+            jobs=1,
+        ),
+    )
     with transaction.atomic():
         workload = Workload.objects.create(
             kind=WorkloadKind.JOB,

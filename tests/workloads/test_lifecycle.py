@@ -193,6 +193,36 @@ def test_bad_job_input_is_refused_naming_the_field(world, catalog, backend, kwar
     assert not Workload.objects.exists()
 
 
+def test_a_job_bigger_than_the_quota_is_refused_at_submit_with_the_quota_reason(
+    world, catalog, backend, run
+) -> None:
+    world.quota(world.class_a, gpus=2)
+    with pytest.raises(ValidationError) as err:
+        services.submit_job(
+            actor=world.bob,
+            tenant=world.class_a,
+            flavor=catalog.half,  # half a GPU each: 6 workers ask for 3 GPUs
+            command="python train.py",
+            workers=6,
+        )
+    [message] = err.value.message_dict["workers"]
+    assert message == (
+        "class ML-101: 0 of 2 GPUs in use (asked for 3): more than the quota allows even with "
+        "nothing else running; your quota allows 2 more GPUs"
+    )
+    assert not Workload.objects.exists()
+    # Within the limit it is accepted (and waits for room if others use it).
+    job = run(
+        services.submit_job,
+        actor=world.bob,
+        tenant=world.class_a,
+        flavor=catalog.half,
+        command="python train.py",
+        workers=4,
+    )
+    assert job.state in (State.STARTING, State.QUEUED)
+
+
 def test_a_failing_job_is_retried_then_fails_with_the_reason(world, catalog, backend, run) -> None:
     job = run(
         services.submit_job,

@@ -206,3 +206,25 @@ def test_the_api_refuses_an_extension_with_a_400_and_the_reason(
     assert "the most the grant allows" in response.json()["workload"][0]
     api.force_authenticate(world.charlie)
     assert api.post(f"/api/v1/workloads/{workload.pk}/extend/").status_code == 404
+
+
+def test_the_job_form_refuses_a_job_over_the_quota_on_its_workers_field(
+    world, catalog, signed_in
+) -> None:
+    world.quota(world.class_a, gpus=1)
+    response = signed_in(world.bob).post(
+        "/workloads/new-job/",
+        {
+            "tenant": world.class_a.pk,
+            "flavor": catalog.gpu.pk,
+            "command": "python train.py",
+            "workers": 2,
+            "max_retries": 0,
+            "env": "",
+        },
+    )
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "class ML-101: 0 of 1 GPUs in use (asked for 2)" in page
+    assert "your quota allows 1 more GPUs" in page
+    assert not Workload.objects.exists()
