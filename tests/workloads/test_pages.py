@@ -119,7 +119,9 @@ def test_the_app_center_says_what_would_start_now_and_what_would_wait(
     world.quota(world.class_a, environments=5)
     page = signed_in(world.bob).get("/apps/").content.decode()
     assert "starts now" in _row(page, "small")
-    assert "this cluster has no GPU right now" in _row(page, "gpu")
+    gpu = _row(page, "gpu")  # no GPU at all: nothing that ends frees one, so no wait is promised
+    assert "cannot run here" in gpu and "this cluster has no GPU: GPU sizes cannot run" in gpu
+    assert "would wait" not in gpu and " min" not in gpu
     assert "cannot run here" in _row(page, "huge")
     assert "free now: 0 GPUs, 16 CPU cores" in page
 
@@ -228,3 +230,15 @@ def test_the_job_form_refuses_a_job_over_the_quota_on_its_workers_field(
     assert "class ML-101: 0 of 1 GPUs in use (asked for 2)" in page
     assert "your quota allows 1 more GPUs" in page
     assert not Workload.objects.exists()
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_the_catalog_shows_half_a_cpu_as_half_not_zero(world, catalog, signed_in, language) -> None:
+    from workloads.models import Flavor
+
+    Flavor.objects.create(name="tiny", slug="tiny", cpu_milli=500, memory_mib=512)
+    client = signed_in(world.root)
+    page = client.get("/console/catalog/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    row = page[page.index("<strong>tiny</strong>") :]
+    row = row[: row.index("</tr>")]
+    assert '<td class="num">0.5</td><td class="num">0.5 GiB</td>' in row

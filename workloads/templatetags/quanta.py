@@ -1,7 +1,9 @@
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from django import template
+from django.utils.formats import number_format
 
 from workloads import windows as weekly
 from workloads.choices import State
@@ -33,3 +35,15 @@ def state_label(value: str) -> str:
 def windows(value: Sequence[dict[str, Any]] | None) -> str:
     """A grant's weekly time windows ("Tue 14:00–16:00") with the reader's day names."""
     return weekly.describe_local(value or [])
+
+
+@register.filter
+def per(value: Any, unit: Any) -> str:
+    """``value`` counted in ``unit``, to two places at most and without trailing zeros, in
+    the reader's number format (``{{ f.cpu_milli|per:1000 }}``: 500 milli-CPU is "0.5", not
+    the "0" that ``widthratio`` rounds it to)."""
+    try:
+        amount = (Decimal(value) / Decimal(unit)).quantize(Decimal("0.01"))
+    except (ArithmeticError, TypeError, ValueError):
+        return ""
+    return number_format(amount.normalize() if amount else Decimal(0))
