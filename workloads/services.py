@@ -29,7 +29,7 @@ from core.audit import record
 from scheduling.models import Cluster
 from workloads import admission
 from workloads import reasons as R
-from workloads.choices import HOLDING, WAITING, State, WorkloadKind
+from workloads.choices import HOLDING, TERMINAL, WAITING, State, WorkloadKind
 from workloads.launch import (
     check_env,
     default_cluster,
@@ -55,6 +55,7 @@ __all__ = [
     "launch_environment",
     "member_tenants",
     "parse_command",
+    "run_again",
     "stop",
     "submit_job",
 ]
@@ -163,6 +164,45 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
             extensions=extensions,
         )
     return deadline
+
+
+# --- Running it again -------------------------------------------------------------------------
+
+
+def run_again(*, actor: Any, workload: Workload) -> Workload:
+    """A finished job submitted again, or a stopped environment launched again: a new
+    workload with the same template or command, size, class, workers, variables and
+    datasets, through ``submit_job`` / ``launch_environment`` and so with all their checks
+    (grants, quota, budget, datasets still visible). Only its owner may, and only once it has
+    ended (a running one is already running)."""
+    if workload.owner_id != getattr(actor, "pk", None):
+        raise ValidationError({"workload": _("only its owner can run it again")})
+    if workload.state not in TERMINAL:
+        raise ValidationError(
+            {"workload": _("it is still %(state)s: stop it first") % {"state": workload.state}}
+        )
+    datasets = list(workload.datasets.values_list("slug", flat=True))
+    if workload.kind == WorkloadKind.JOB:
+        return submit_job(
+            actor=actor,
+            tenant=workload.tenant,
+            flavor=workload.flavor,
+            command=list(workload.command or []),
+            name=workload.name,
+            env=dict(workload.env or {}),
+            workers=workload.workers,
+            max_retries=workload.max_retries,
+            datasets=datasets,
+        )
+    if workload.kind == WorkloadKind.NOTEBOOK and workload.template is not None:
+        return launch_environment(
+            actor=actor,
+            template=workload.template,
+            flavor=workload.flavor,
+            name=workload.name,
+            datasets=datasets,
+        )
+    raise ValidationError({"workload": _("only jobs and environments can be run again")})
 
 
 # --- Culling and expiry ------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -18,7 +18,7 @@ from tenants.http import AuthenticatedHttpRequest
 from tenants.models import MemberUsage
 from workloads import datasets, services
 from workloads.admission_checks import Ask, refusal_for
-from workloads.choices import ACTIVE
+from workloads.choices import ACTIVE, WorkloadKind
 from workloads.costs import budget_of, cost_so_far, hourly_prices
 from workloads.forms import JobForm, LaunchForm
 from workloads.launch import cannot_run
@@ -181,6 +181,22 @@ def extend(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def run_again(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
+    """Resubmit an ended job / relaunch a stopped environment (its owner only: others who
+    may see the page get 403)."""
+    workload = _controlled(request, pk)
+    if workload.owner_id != request.user.pk:
+        raise PermissionDenied
+    try:
+        again = services.run_again(actor=request.user, workload=workload)
+    except ValidationError as exc:
+        _errors(request, exc)
+        return redirect("workload", pk=workload.pk)
+    return redirect("workload", pk=again.pk)
+
+
+@login_required
 def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
     tenants = services.member_tenants(request.user)
     flavors = Flavor.objects.filter(grants__in=services.grants_for(request.user)).distinct()
@@ -189,6 +205,7 @@ def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
         tenants=tenants,
         flavors=flavors,
         datasets=datasets.visible_to(request.user),
+        initial=_copied_job(request),
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -199,6 +216,28 @@ def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
         else:
             return redirect("workload", pk=workload.pk)
     return render(request, "workloads/new_job.html", {"form": form})
+
+
+def _copied_job(request: AuthenticatedHttpRequest) -> dict[str, object]:
+    """The form's fields from one of the person's own jobs (``?from=<id>``: "Edit and
+    resubmit"); nothing for anything else, whoever's it is."""
+    pk = request.GET.get("from", "")
+    try:
+        job = Workload.objects.filter(pk=pk, owner=request.user, kind=WorkloadKind.JOB).first()
+    except (ValueError, ValidationError):
+        return {}
+    if job is None:
+        return {}
+    return {
+        "name": job.name,
+        "tenant": job.tenant_id,
+        "flavor": job.flavor_id,
+        "command": job.command_text,
+        "workers": job.workers,
+        "max_retries": job.max_retries,
+        "datasets": list(job.datasets.all()),
+        "env": "\n".join(f"{k}={v}" for k, v in (job.env or {}).items()),
+    }
 
 
 @login_required

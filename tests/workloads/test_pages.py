@@ -242,3 +242,107 @@ def test_the_catalog_shows_half_a_cpu_as_half_not_zero(world, catalog, signed_in
     row = page[page.index("<strong>tiny</strong>") :]
     row = row[: row.index("</tr>")]
     assert '<td class="num">0.5</td><td class="num">0.5 GiB</td>' in row
+
+
+def _ended_job(world, catalog, backend, capture) -> Workload:
+    from scheduling.backends.base import Phase
+    from workloads import reconcile, services
+
+    with capture(execute=True):
+        job = services.submit_job(
+            actor=world.bob,
+            tenant=world.class_a,
+            flavor=catalog.small,
+            command="for i in 1 2; do echo $i; done",
+            workers=2,
+            env={"EPOCHS": "3"},
+        )
+    backend.set(job.pk, Phase.FAILED)
+    reconcile.reconcile(catalog.cluster)
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    return job
+
+
+def test_the_owner_resubmits_an_ended_job_from_its_page_and_others_cannot(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    job = _ended_job(world, catalog, backend, django_capture_on_commit_callbacks)
+    page = signed_in(world.bob).get(f"/workloads/{job.pk}/").content.decode()
+    assert 'data-role="run-again"' in page and "Resubmit" in page
+    assert signed_in(world.charlie).post(f"/workloads/{job.pk}/run-again/").status_code == 404
+    teacher = signed_in(world.alice)
+    assert 'data-role="run-again"' not in teacher.get(f"/workloads/{job.pk}/").content.decode()
+    assert teacher.post(f"/workloads/{job.pk}/run-again/").status_code == 403
+    assert Workload.objects.count() == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        response = signed_in(world.bob).post(f"/workloads/{job.pk}/run-again/")
+    again = Workload.objects.exclude(pk=job.pk).get()
+    assert response.status_code == 302 and response["Location"] == f"/workloads/{again.pk}/"
+    assert (again.command, again.workers, again.env, again.flavor, again.tenant) == (
+        job.command,
+        2,
+        {"EPOCHS": "3"},
+        catalog.small,
+        world.class_a,
+    )
+    assert again.state != State.FAILED
+
+
+def test_edit_and_resubmit_opens_the_job_form_filled_in_for_its_owner_only(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    job = _ended_job(world, catalog, backend, django_capture_on_commit_callbacks)
+    page = signed_in(world.bob).get(f"/workloads/new-job/?from={job.pk}").content.decode()
+    assert 'value="for i in 1 2; do echo $i; done"' in page
+    assert "EPOCHS=3" in page
+    other = signed_in(world.charlie).get(f"/workloads/new-job/?from={job.pk}").content.decode()
+    assert "for i in 1 2" not in other
+    assert signed_in(world.bob).get("/workloads/new-job/?from=nonsense").status_code == 200
+
+
+def test_a_stopped_environment_is_launched_again_from_its_page(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    workload = _running_environment(
+        world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+    )
+    client = signed_in(world.bob)
+    assert client.post(f"/workloads/{workload.pk}/run-again/", follow=True).status_code == 200
+    assert Workload.objects.count() == 1  # still running: nothing new
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/workloads/{workload.pk}/stop/")
+    from scheduling.backends.base import Phase
+    from workloads import reconcile
+
+    backend.set(workload.pk, Phase.STOPPED)
+    reconcile.reconcile(catalog.cluster)
+    page = client.get(f"/workloads/{workload.pk}/").content.decode()
+    assert "Launch again" in page and "Stops at" not in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/workloads/{workload.pk}/run-again/")
+    again = Workload.objects.exclude(pk=workload.pk).get()
+    assert response["Location"] == f"/workloads/{again.pk}/"
+    assert (again.kind, again.template) == ("notebook", catalog.jupyter)
+    assert again.flavor == catalog.small
+
+
+def test_the_api_runs_an_ended_job_again_for_its_owner_only(
+    world, catalog, backend, signed_in, django_capture_on_commit_callbacks
+) -> None:
+    from rest_framework.test import APIClient
+
+    job = _ended_job(world, catalog, backend, django_capture_on_commit_callbacks)
+    api = APIClient()
+    api.force_authenticate(world.charlie)
+    assert api.post(f"/api/v1/workloads/{job.pk}/run-again/").status_code == 404
+    api.force_authenticate(world.alice)
+    assert api.post(f"/api/v1/workloads/{job.pk}/run-again/").status_code == 403
+    api.force_authenticate(world.bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/v1/workloads/{job.pk}/run-again/")
+    assert response.status_code == 201
+    again = response.json()
+    assert again["id"] != str(job.pk) and again["command"] == job.command
+    running = api.post(f"/api/v1/workloads/{again['id']}/run-again/")
+    assert running.status_code == 400 and "stop it first" in running.json()["workload"][0]
