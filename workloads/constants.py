@@ -13,6 +13,10 @@ MAX_FLAVOR_GPUS = 64
 # together in UTF-8 bytes. They end up in a pod spec or a process environment.
 MAX_ENV_VARIABLES = 64
 MAX_ENV_BYTES = 32 * 1024
+# A job's command typed as one string is run by this shell, on every backend (the same argv
+# goes to a local process and to a Volcano Job's container): loops, pipes, `&&` and `$VAR` work
+# as typed. A list of strings (the API) is an argv run as it is, without a shell.
+SHELL = ("/bin/sh", "-c")
 # Where a log read may start: past the end is an empty read, past this is a mistake.
 MAX_LOG_OFFSET = 2**40
 
@@ -37,3 +41,13 @@ def check_env_limits(env: dict[str, Any], *, field: str = "env") -> None:
 
 # A desktop template's program: words of safe characters separated by single spaces.
 PROGRAM_PATTERN = r"^[A-Za-z0-9_./+=:,-]+( [A-Za-z0-9_./+=:,-]+)*$"
+
+
+def command_text(argv: list[str] | tuple[str, ...]) -> str:
+    """A command as the person typed it: the script a shell runs, or the argv quoted so
+    that it reads back the same (``shlex.join``)."""
+    import shlex
+
+    if len(argv) == 3 and tuple(argv[:2]) == SHELL:
+        return str(argv[2])
+    return shlex.join(argv)

@@ -8,6 +8,8 @@ import datetime as dt
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -21,12 +23,15 @@ from core.reasons import Reason
 from core.text import unstorable
 from scheduling.backends.registry import get_backend
 from scheduling.models import Cluster
+from tenants import quota as quota_math
+from tenants import services as tenant_services
 from tenants.models import Membership, Tenant
+from tenants.reasons import RESOURCE_WORDS
 from workloads import datasets as datasets_service
 from workloads import reasons as R
 from workloads.admission_checks import Ask, refusal_for
 from workloads.choices import HOLDING, WAITING, AppKind, WorkloadKind
-from workloads.constants import check_env_limits
+from workloads.constants import SHELL, check_env_limits, command_text
 from workloads.lifecycle import created
 from workloads.models import AppTemplate, Flavor, Grant, Workload
 from workloads.payer import payer_for
@@ -171,21 +176,66 @@ def _refuse_if_checks_say(ask: Ask) -> None:
         raise ValidationError({"budget": refusal.render()})
 
 
+def _refuse_if_never_within_quota(tenant: Tenant, actor: Any, request: quota_math.Request) -> None:
+    """A request bigger than a limit of the quota chain could never be admitted, even with
+    nothing else running: refuse it now with the quota's reason (as the App Center words it),
+    rather than queue it for ever. (One that only needs room others use now may wait.)"""
+    quotas, usage = tenant_services._chain(tenant, actor, lock=False)
+    levels = tenant_services._levels(quotas, usage)
+    idle = [replace(level, used={}, member_used={}) for level in levels]
+    never = [r for r in quota_math.refusals(request, idle) if r.resource != "gpu_hours"]
+    if not never:
+        return
+    worst = quota_math.tightest(never)
+    assert worst is not None
+    key = (worst.tenant, worst.resource, worst.per_member)
+    current = next(
+        (
+            r
+            for r in quota_math.refusals(request, levels)
+            if (r.tenant, r.resource, r.per_member) == key
+        ),
+        worst,
+    )
+    raise ValidationError(
+        {
+            "workers": _(
+                "%(why)s: more than the quota allows even with nothing else running; your "
+                "quota allows %(left)s more %(what)s"
+            )
+            % {
+                "why": current.reason.render(),
+                "left": f"{max(Decimal(0), current.room).normalize():f}",
+                "what": _(RESOURCE_WORDS[worst.resource]),
+            }
+        }
+    )
+
+
 MAX_COMMAND_CHARS = 256 * 4096
+MAX_SHELL_ARGUMENT_CHARS = 128 * 1024 - 1  # Linux's limit on one argument (MAX_ARG_STRLEN)
 
 
 def parse_command(command: str | Sequence[str]) -> list[str]:
-    """A command is one shell-like string or a list of strings, and nothing else (a number,
-    an object or a list with anything but strings in it is refused, never coerced)."""
+    """A command is one string, run by the shell (``constants.SHELL``) as typed, or a list of
+    strings, an argv run without one; nothing else (a number, an object or a list with
+    anything but strings in it is refused, never coerced). A string whose quotes do not
+    close is refused here rather than by the shell once the job runs."""
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
             raise ValidationError({"command": _("is too long or contains a NUL character")})
         try:
-            argv = shlex.split(command)
+            words = shlex.split(command, comments=True)
         except ValueError as exc:
             raise ValidationError(
                 {"command": _("cannot be read: %(error)s") % {"error": exc}}
             ) from None
+        if not words:
+            raise ValidationError({"command": _("give the command to run, e.g. python train.py")})
+        argv = [*SHELL, command.strip()]
+        if len(argv[2]) > MAX_SHELL_ARGUMENT_CHARS or unstorable(argv[2]):
+            raise ValidationError({"command": _("is too long or contains a NUL character")})
+        return argv
     elif isinstance(command, list | tuple) and all(isinstance(a, str) for a in command):
         argv = list(command)
     else:
@@ -256,10 +306,21 @@ def submit_job(
         )
     payer = payer_for(grant, actor)
     _refuse_if_checks_say(Ask.launch(payer, flavor, actor))
+    _refuse_if_never_within_quota(
+        tenant,
+        actor,
+        quota_math.Request(
+            gpus=flavor.gpu_equivalents * workers,
+            gpu_memory_mib=flavor.gpu_memory_mib * workers,
+            cpu_cores=Decimal(flavor.cpu_milli) / 1000 * workers,
+            memory_mib=flavor.memory_mib * workers,
+            jobs=1,
+        ),
+    )
     with transaction.atomic():
         workload = Workload.objects.create(
             kind=WorkloadKind.JOB,
-            name=(name or argv[0])[:100],
+            name=(name or shlex.split(command_text(argv), comments=True)[0])[:100],
             owner=actor,
             tenant=tenant,
             cluster=grant.cluster or default_cluster(),
@@ -278,6 +339,6 @@ def submit_job(
         created(
             workload,
             actor=actor,
-            reason=R.SUBMITTED(command=f"{shlex.join(argv)[:200]} × {workers}"),
+            reason=R.SUBMITTED(command=f"{command_text(argv)[:200]} × {workers}"),
         )
     return workload

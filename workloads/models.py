@@ -23,7 +23,7 @@ from workloads.choices import (
     Visibility,
     WorkloadKind,
 )
-from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN
+from workloads.constants import MAX_FLAVOR_GPUS, PROGRAM_PATTERN, command_text
 
 
 class Image(models.Model):
@@ -365,6 +365,11 @@ class Workload(models.Model):
     @property
     def open_path(self) -> str:
         return f"/nb/{self.id}/"
+
+    @property
+    def command_text(self) -> str:
+        """The command as typed (``constants.command_text``)."""
+        return command_text(self.command or [])
 
 
 class WorkloadGpuSample(models.Model):

@@ -133,9 +133,15 @@ def _one(
             R.WAITING_FOR_WINDOW(windows=R.windows(grant.windows)),
             **common,
         )
-    placement = place(
-        view.nodes, resources_for(flavor), 1, resolve_policy(cluster.placement_policy, view.nodes)
-    )
+    res = resources_for(flavor)
+    if (res.gpus or res.gpu_milli) and not any(
+        not res.gpu_models or device.model in res.gpu_models
+        for node in view.nodes
+        for device in node.devices
+    ):  # no (such) GPU at all: what ends elsewhere frees none, so no wait can be promised
+        what = " or ".join(res.gpu_models) + " " if res.gpu_models else ""
+        return Outlook(False, R.NO_GPU_HERE(what=what), never=True, **common)
+    placement = place(view.nodes, res, 1, resolve_policy(cluster.placement_policy, view.nodes))
     if placement.permanent:
         return Outlook(False, placement.reason, never=True, **common)
     refusal = quota_math.check(request, levels)

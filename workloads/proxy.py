@@ -51,7 +51,11 @@ PREFIX = "/nb/"
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # one WebSocket message (Jupyter outputs can be large)
 MAX_REQUEST_BODY_BYTES = 256 * 1024 * 1024  # request bodies are buffered before forwarding
 UPSTREAM_TIMEOUT = httpx.Timeout(120.0, connect=10.0, pool=10.0)
-WEBSOCKET_OPEN_TIMEOUT = 10.0
+# A kernel's WebSocket handshake is answered only once the kernel replies to kernel_info
+# (jupyter_server's kernel_info_timeout: 60 s): a new kernel on a share of a CPU takes tens of
+# seconds. Giving up sooner closed the browser's socket and JupyterLab lost the first cell.
+WEBSOCKET_OPEN_TIMEOUT = 75.0
+RFB_OPEN_TIMEOUT = 10.0  # a desktop's VNC socket answers at once or not at all
 RETRY_AFTER_SECONDS = 5
 ACTIVITY_SECONDS = 10.0  # one activity report per connection at most this often
 RFB_CHUNK_BYTES = 256 * 1024
@@ -808,7 +812,7 @@ class NotebookWebsocketProxy(AsyncWebsocketConsumer):
             return
         try:
             reader, self.rfb = await asyncio.wait_for(
-                asyncio.open_unix_connection(endpoint.rfb_socket), WEBSOCKET_OPEN_TIMEOUT
+                asyncio.open_unix_connection(endpoint.rfb_socket), RFB_OPEN_TIMEOUT
             )
         except (OSError, TimeoutError) as exc:
             logger.warning("notebook proxy: desktop %s refused: %s", target.workload_id, exc)

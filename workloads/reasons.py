@@ -89,6 +89,10 @@ RESTARTING_AFTER_FAILURE = define(
     "restarting_after_failure",
     gettext_noop("restarting after a failure (%(why)s): attempt %(a)s of %(b)s"),
 )
+NO_GPU_HERE = define(
+    "no_gpu_here",
+    gettext_noop("this cluster has no %(what)sGPU: GPU sizes cannot run here until one is added"),
+)
 MAX_DURATION = define("max_duration", gettext_noop("reached its maximum duration (%(n)s minutes)"))
 IDLE_FOR = define("idle_for", gettext_noop("idle for %(n)s minutes"))
 IDLE_WARNING = define("idle_warning", gettext_noop("idle: stops in %(n)s minutes unless used"))

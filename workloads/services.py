@@ -34,7 +34,7 @@ from core.notices import notify
 from scheduling.models import Cluster
 from workloads import admission, utilisation
 from workloads import reasons as R
-from workloads.choices import HOLDING, WAITING, State, WorkloadKind
+from workloads.choices import HOLDING, TERMINAL, WAITING, State, WorkloadKind
 from workloads.launch import (
     check_env,
     default_cluster,
@@ -61,6 +61,7 @@ __all__ = [
     "launch_environment",
     "member_tenants",
     "parse_command",
+    "run_again",
     "stop",
     "submit_job",
 ]
@@ -127,8 +128,10 @@ def stop(*, actor: Any, workload: Workload, reason: R.Reason | str = "") -> bool
 
 
 def extend(*, actor: Any, workload: Workload) -> dt.datetime:
-    """Push a running environment's deadline out by the grant's maximum duration (the row
-    locked, so two clicks spend one extension each, never the same one twice)."""
+    """Push a running environment's deadline out by the grant's maximum duration, counted
+    from its current end (the row locked, so two clicks spend one extension each, never the
+    same one twice, and each adds the full time). An extension that would add no time (no
+    deadline) is refused and not spent."""
     if workload.owner_id != actor.pk:
         raise ValidationError({"workload": _("only its owner can extend an environment")})
     with transaction.atomic():
@@ -147,7 +150,13 @@ def extend(*, actor: Any, workload: Workload) -> dt.datetime:
                     % {"n": current.extensions}
                 }
             )
-        deadline = timezone.now() + dt.timedelta(minutes=grant.max_duration_minutes)
+        if current.deadline_at is None or not grant.max_duration_minutes:
+            # Spending an extension that adds no time would only use it up.
+            raise ValidationError({"workload": _("this environment has no time limit to extend")})
+        # From the current end, not from now: two extensions add twice the time.
+        deadline = max(current.deadline_at, timezone.now()) + dt.timedelta(
+            minutes=grant.max_duration_minutes
+        )
         extensions = current.extensions + 1
         # An extension is also a "still using it": the GPU idle window starts again.
         now = timezone.now()
@@ -183,6 +192,45 @@ def keep_gpu(*, actor: Any, workload: Workload) -> dt.datetime:
         note(workload, R.GPU_KEPT(), actor=actor)
         record("workload.keep_gpu", actor=actor, target=workload, tenant=workload.tenant)
     return now
+
+
+# --- Running it again -------------------------------------------------------------------------
+
+
+def run_again(*, actor: Any, workload: Workload) -> Workload:
+    """A finished job submitted again, or a stopped environment launched again: a new
+    workload with the same template or command, size, class, workers, variables and
+    datasets, through ``submit_job`` / ``launch_environment`` and so with all their checks
+    (grants, quota, budget, datasets still visible). Only its owner may, and only once it has
+    ended (a running one is already running)."""
+    if workload.owner_id != getattr(actor, "pk", None):
+        raise ValidationError({"workload": _("only its owner can run it again")})
+    if workload.state not in TERMINAL:
+        raise ValidationError(
+            {"workload": _("it is still %(state)s: stop it first") % {"state": workload.state}}
+        )
+    datasets = list(workload.datasets.values_list("slug", flat=True))
+    if workload.kind == WorkloadKind.JOB:
+        return submit_job(
+            actor=actor,
+            tenant=workload.tenant,
+            flavor=workload.flavor,
+            command=list(workload.command or []),
+            name=workload.name,
+            env=dict(workload.env or {}),
+            workers=workload.workers,
+            max_retries=workload.max_retries,
+            datasets=datasets,
+        )
+    if workload.kind == WorkloadKind.NOTEBOOK and workload.template is not None:
+        return launch_environment(
+            actor=actor,
+            template=workload.template,
+            flavor=workload.flavor,
+            name=workload.name,
+            datasets=datasets,
+        )
+    raise ValidationError({"workload": _("only jobs and environments can be run again")})
 
 
 # --- Culling and expiry ------------------------------------------------------------------------

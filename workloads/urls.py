@@ -14,6 +14,7 @@ urlpatterns = [
     path("workloads/<uuid:pk>/stop/", views.stop, name="workload-stop"),
     path("workloads/<uuid:pk>/extend/", views.extend, name="workload-extend"),
     path("workloads/<uuid:pk>/keep-gpu/", views.keep_gpu, name="workload-keep-gpu"),
+    path("workloads/<uuid:pk>/run-again/", views.run_again, name="workload-run-again"),
     path("datasets/", dataset_views.dataset_list, name="datasets"),
     path("datasets/<slug:slug>/", dataset_views.dataset_detail, name="dataset"),
     path("datasets/<slug:slug>/delete/", dataset_views.dataset_delete, name="dataset-delete"),

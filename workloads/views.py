@@ -9,12 +9,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
@@ -25,7 +26,7 @@ from tenants.models import MemberUsage
 from tenants.permissions import Access
 from workloads import datasets, services, utilisation
 from workloads.admission_checks import Ask, refusal_for
-from workloads.choices import ACTIVE, State
+from workloads.choices import ACTIVE, State, WorkloadKind
 from workloads.costs import budget_of, cost_so_far, hourly_prices
 from workloads.filtersets import WorkloadFilterSet
 from workloads.forms import JobForm, LaunchForm
@@ -298,10 +299,32 @@ def stop(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
 def extend(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
     workload = _controlled(request, pk)
     try:
-        services.extend(actor=request.user, workload=workload)
+        deadline = services.extend(actor=request.user, workload=workload)
     except ValidationError as exc:
         _errors(request, exc)
+    else:
+        messages.success(
+            request,
+            _("Extended: it now stops at %(time)s.")
+            % {"time": date_format(timezone.localtime(deadline), "SHORT_DATETIME_FORMAT")},
+        )
     return redirect("workload", pk=workload.pk)
+
+
+@login_required
+@require_POST
+def run_again(request: AuthenticatedHttpRequest, pk: str) -> HttpResponse:
+    """Resubmit an ended job / relaunch a stopped environment (its owner only: others who
+    may see the page get 403)."""
+    workload = _controlled(request, pk)
+    if workload.owner_id != request.user.pk:
+        raise PermissionDenied
+    try:
+        again = services.run_again(actor=request.user, workload=workload)
+    except ValidationError as exc:
+        _errors(request, exc)
+        return redirect("workload", pk=workload.pk)
+    return redirect("workload", pk=again.pk)
 
 
 @login_required
@@ -313,6 +336,7 @@ def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
         tenants=tenants,
         flavors=flavors,
         datasets=datasets.visible_to(request.user),
+        initial=_copied_job(request),
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -323,6 +347,28 @@ def new_job(request: AuthenticatedHttpRequest) -> HttpResponse:
         else:
             return redirect("workload", pk=workload.pk)
     return render(request, "workloads/new_job.html", {"form": form})
+
+
+def _copied_job(request: AuthenticatedHttpRequest) -> dict[str, object]:
+    """The form's fields from one of the person's own jobs (``?from=<id>``: "Edit and
+    resubmit"); nothing for anything else, whoever's it is."""
+    pk = request.GET.get("from", "")
+    try:
+        job = Workload.objects.filter(pk=pk, owner=request.user, kind=WorkloadKind.JOB).first()
+    except (ValueError, ValidationError):
+        return {}
+    if job is None:
+        return {}
+    return {
+        "name": job.name,
+        "tenant": job.tenant_id,
+        "flavor": job.flavor_id,
+        "command": job.command_text,
+        "workers": job.workers,
+        "max_retries": job.max_retries,
+        "datasets": list(job.datasets.all()),
+        "env": "\n".join(f"{k}={v}" for k, v in (job.env or {}).items()),
+    }
 
 
 @login_required

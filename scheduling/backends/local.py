@@ -81,6 +81,7 @@ APP_NAMES = {
     "tensorboard": "TensorBoard",
 }
 DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
+WARM_KERNELS = Path(__file__).with_name("jupyter_warm.py")  # a Jupyter config file
 MODEL_SERVER = Path(__file__).with_name("model_server.py")
 SERVING_APP = "model-server"  # the template kind of serving workloads
 DESKTOP_PROGRAMS = ("Xvnc", "xauth")
@@ -178,12 +179,15 @@ class LocalBackend:
         novnc_dir: str | None = NOVNC_DIR,
         pycharm_home: str | None = None,
         serving_python: str | None = None,
+        warm_kernel: bool = True,
     ) -> None:
         if sandbox not in _sandbox.SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {_sandbox.SANDBOX_MODES}, not {sandbox!r}")
         if sandbox_network not in _sandbox.NETWORK_MODES:
             raise ValueError(f"sandbox_network must be one of {_sandbox.NETWORK_MODES}")
         self.sandbox_mode = sandbox
+        # JupyterLab starts one kernel ahead and is Running once it answers (jupyter_warm.py).
+        self.warm_kernel = warm_kernel
         self.sandbox_network = sandbox_network
         self.pids_max = pids_max
         self.cgroup_parent = cgroup_parent
@@ -502,7 +506,18 @@ class LocalBackend:
             token = secrets.token_urlsafe(32)
             state["token"] = token
             terminal = spec.app == "terminal"
-            env.update(self._jupyter_dirs(workdir, token, port, base_url, cwd, terminal=terminal))
+            state["warm_kernel"] = self.warm_kernel and not terminal
+            env.update(
+                self._jupyter_dirs(
+                    workdir,
+                    token,
+                    port,
+                    base_url,
+                    cwd,
+                    terminal=terminal,
+                    warm=state["warm_kernel"],
+                )
+            )
             command = [self.python, "-m", "jupyterlab"]
         self._launch(state, workdir, 0, spec, command, cwd, env, placement)
         return state
@@ -679,6 +694,7 @@ class LocalBackend:
         cwd: Path,
         *,
         terminal: bool = False,
+        warm: bool = False,
     ) -> dict[str, str]:
         """Private Jupyter config/data/runtime dirs, so nothing global interferes, with a
         config file (mode 0600) that carries the token: never on the command line, never in
@@ -724,6 +740,8 @@ class LocalBackend:
             (workspaces / TERMINAL_WORKSPACE_FILE).write_text(
                 json.dumps(TERMINAL_WORKSPACE), encoding="utf-8"
             )
+        if warm:  # a kernel is up before the first notebook asks (jupyter_warm.py)
+            shutil.copyfile(WARM_KERNELS, dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.py")
         config_file = dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json"
         descriptor = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
@@ -1039,7 +1057,19 @@ class LocalBackend:
                 if not token:
                     return {}
                 body = json.loads(response.read())
-                return body if isinstance(body, dict) else {}
+                body = body if isinstance(body, dict) else {}
+            if state.get("warm_kernel") and not state.get("ready"):
+                # Running means usable: the warm kernel (jupyter_warm.py) answers too.
+                request = urllib.request.Request(base + "api/kernels")
+                request.add_header("Authorization", f"token {token}")
+                with opener.open(request, timeout=PROBE_TIMEOUT) as response:
+                    kernels = json.loads(response.read()) if response.status == 200 else []
+                if not any(
+                    isinstance(k, dict) and k.get("execution_state") in ("idle", "busy")
+                    for k in kernels
+                ):
+                    return None
+            return body
         except (OSError, ValueError, urllib.error.URLError):
             return None
 

@@ -55,6 +55,7 @@ def _build(cluster: Cluster) -> Backend:
             novnc_dir=settings.NOVNC_DIR,
             pycharm_home=settings.PYCHARM_HOME,
             serving_python=settings.SERVING_PYTHON,
+            warm_kernel=bool(config.get("warm_kernel", True)),
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend

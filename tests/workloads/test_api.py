@@ -184,3 +184,14 @@ def test_the_workload_list_uses_a_bounded_number_of_queries(
             services.launch_environment(actor=world.bob, template=catalog.jupyter)
     with django_assert_max_num_queries(8):
         assert len(api(world.alice).get("/api/v1/workloads/").json()["results"]) == 3
+
+
+def test_a_job_over_the_quota_gets_a_400_with_the_quota_reason(
+    world, catalog, backend, api
+) -> None:
+    world.quota(world.class_a, gpus=1)
+    payload = {"tenant": "ml-101", "flavor": "gpu", "command": "python train.py", "workers": 2}
+    response = api(world.bob).post("/api/v1/workloads/jobs/", payload, format="json")
+    assert response.status_code == 400
+    assert "your quota allows 1 more GPUs" in response.json()["workers"][0]
+    assert not Workload.objects.exists()

@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
+from django.utils.html import escape
 
 from portal.asgi import application
 from scheduling.backends import registry
@@ -22,6 +23,7 @@ from tests.workloads.conftest import local_catalog, wait_for
 from workloads import services
 from workloads.choices import State
 from workloads.models import AppTemplate, Workload
+from workloads.specs import handle_for
 
 
 def cookie_for(user: Any) -> str:
@@ -207,3 +209,28 @@ def _open_url(workload: Workload) -> str | None:
 
     workload.refresh_from_db()
     return WorkloadSerializer(workload).data["open_url"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_typed_as_a_shell_loop_runs_in_a_shell_and_its_page_shows_it_as_typed(
+    world, settings, tmp_path
+) -> None:
+    settings.DATA_DIR = tmp_path
+    registry.forget()
+    cluster, _template, flavor = local_catalog(world, "jupyter")
+    typed = "for i in 1 2 3; do echo \"line $i\"; done && bash -c 'echo done'"
+    try:
+        workload = services.submit_job(
+            actor=world.bob, tenant=world.class_a, flavor=flavor, command=typed
+        )
+        services.admit_queued(cluster)
+        workload = wait_for(cluster, workload, State.SUCCEEDED, 60)
+        logs = registry.get_backend(cluster).logs(handle_for(workload)).text
+        assert "line 1\nline 2\nline 3\ndone\n" in logs
+        client = Client()
+        client.force_login(world.bob)
+        page = client.get(f"/workloads/{workload.pk}/").content.decode()
+        shown = f'<code data-role="command" style="white-space: pre-wrap">{escape(typed)}</code>'
+        assert shown in page
+    finally:
+        registry.forget()

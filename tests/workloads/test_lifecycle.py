@@ -193,6 +193,36 @@ def test_bad_job_input_is_refused_naming_the_field(world, catalog, backend, kwar
     assert not Workload.objects.exists()
 
 
+def test_a_job_bigger_than_the_quota_is_refused_at_submit_with_the_quota_reason(
+    world, catalog, backend, run
+) -> None:
+    world.quota(world.class_a, gpus=2)
+    with pytest.raises(ValidationError) as err:
+        services.submit_job(
+            actor=world.bob,
+            tenant=world.class_a,
+            flavor=catalog.half,  # half a GPU each: 6 workers ask for 3 GPUs
+            command="python train.py",
+            workers=6,
+        )
+    [message] = err.value.message_dict["workers"]
+    assert message == (
+        "class ML-101: 0 of 2 GPUs in use (asked for 3): more than the quota allows even with "
+        "nothing else running; your quota allows 2 more GPUs"
+    )
+    assert not Workload.objects.exists()
+    # Within the limit it is accepted (and waits for room if others use it).
+    job = run(
+        services.submit_job,
+        actor=world.bob,
+        tenant=world.class_a,
+        flavor=catalog.half,
+        command="python train.py",
+        workers=4,
+    )
+    assert job.state in (State.STARTING, State.QUEUED)
+
+
 def test_a_failing_job_is_retried_then_fails_with_the_reason(world, catalog, backend, run) -> None:
     job = run(
         services.submit_job,
@@ -330,6 +360,31 @@ def test_the_maximum_duration_stops_and_extending_moves_it(world, catalog, backe
     run(services.cull, now=w.deadline_at + dt.timedelta(seconds=1))
     w.refresh_from_db()
     assert w.state == State.STOPPED and "maximum duration (240 minutes)" in w.reason
+
+
+def test_each_extension_adds_the_grants_time_to_the_current_end(
+    world, catalog, backend, run
+) -> None:
+    w = _running(world, catalog, backend, run)
+    first = w.deadline_at
+    step = dt.timedelta(minutes=catalog.grant.max_duration_minutes)
+    services.extend(actor=world.bob, workload=w)
+    assert w.deadline_at == first + step  # from the end, not from now
+    services.extend(actor=world.bob, workload=w)
+    assert w.deadline_at == first + 2 * step
+    reasons = [e.reason for e in w.events.all() if e.reason.startswith("extended until")]
+    assert len(set(reasons)) == 2  # two different times, not the same one twice
+
+
+def test_an_extension_that_adds_no_time_is_refused_and_not_spent(
+    world, catalog, backend, run
+) -> None:
+    w = _running(world, catalog, backend, run)
+    Workload.objects.filter(pk=w.pk).update(deadline_at=None)
+    with pytest.raises(ValidationError, match="no time limit to extend"):
+        services.extend(actor=world.bob, workload=w)
+    w.refresh_from_db()
+    assert w.extensions == 0
 
 
 def test_an_expired_grant_rejects_what_waits(world, catalog, backend, run) -> None:

@@ -301,6 +301,20 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             ).data
         )
 
+    @extend_schema(
+        request=None, responses={201: s.WorkloadSerializer}, parameters=[IDEMPOTENCY_KEY]
+    )
+    @action(detail=True, methods=["post"], url_path="run-again")
+    def run_again(self, request: Request, pk: str) -> Response:
+        """Submit an ended job again, or launch a stopped environment again: a new workload
+        with the same settings and the same checks as a new one (its owner only)."""
+        workload = self.get_object()
+        if workload.owner_id != request.user.pk:
+            raise PermissionDenied(_("Only its owner can run it again."))
+        return self._created(
+            request, lambda: services.run_again(actor=request.user, workload=workload)
+        )
+
     @extend_schema(responses=s.WorkloadEventSerializer(many=True))
     @action(detail=True)
     def events(self, request: Request, pk: str) -> Response:

@@ -1,8 +1,10 @@
 import datetime as dt
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from django import template
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 
 from workloads import windows as weekly
@@ -53,3 +55,15 @@ def duration(value: dt.timedelta | None) -> str:
     if minutes:
         return _("%(m)d min") % {"m": minutes}
     return _("%(s)d s") % {"s": seconds}
+
+
+@register.filter
+def per(value: Any, unit: Any) -> str:
+    """``value`` counted in ``unit``, to two places at most and without trailing zeros, in
+    the reader's number format (``{{ f.cpu_milli|per:1000 }}``: 500 milli-CPU is "0.5", not
+    the "0" that ``widthratio`` rounds it to)."""
+    try:
+        amount = (Decimal(value) / Decimal(unit)).quantize(Decimal("0.01"))
+    except (ArithmeticError, TypeError, ValueError):
+        return ""
+    return number_format(amount.normalize() if amount else Decimal(0))

@@ -401,6 +401,35 @@ def test_a_notebook_runs_jupyterlab_that_answers_only_with_its_token(
     assert get(endpoint.url + "api/status", {"Authorization": "token wrong"})[0] in (401, 403)
 
 
+def test_a_running_notebook_has_an_idle_kernel_that_its_first_notebook_takes(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    """Running means usable (issue 16): a kernel already answered, and a fresh notebook at the
+    root gets that kernel instead of waiting for a new one; a second notebook gets its own."""
+    backend, handle = notebook
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    headers = {**endpoint.headers, "Content-Type": "application/json"}
+    status, body = get(endpoint.url + "api/kernels", dict(endpoint.headers))
+    [warm] = json.loads(body)
+    assert status == 200 and warm["execution_state"] == "idle"
+
+    def new_session(path: str) -> dict[str, Any]:
+        request = urllib.request.Request(
+            endpoint.url + "api/sessions",
+            data=json.dumps(
+                {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}}
+            ).encode(),
+            headers=headers,
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return dict(json.loads(response.read()))
+
+    assert new_session("Untitled.ipynb")["kernel"]["id"] == warm["id"]
+    assert new_session("Untitled1.ipynb")["kernel"]["id"] != warm["id"]
+
+
 def test_a_notebook_reports_last_activity_that_moves_with_use(
     notebook: tuple[LocalBackend, Handle],
 ) -> None:

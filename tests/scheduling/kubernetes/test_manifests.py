@@ -303,3 +303,16 @@ def test_a_desktop_gets_its_templates_program_and_pycharm_its_own() -> None:
     assert env_of(pycharm)["QUANTA_DESKTOP_PROGRAM"] == "pycharm"
     with pytest.raises(ManifestError, match="names no program"):
         manifests.notebook_job(spec("notebook", app="desktop"), CONFIG)
+
+
+def test_a_command_typed_as_one_string_runs_in_a_shell_in_every_task_of_the_volcano_job() -> None:
+    from workloads.launch import parse_command
+
+    typed = "for i in 1 2 3; do echo $i; done | tee out.txt"
+    argv = tuple(parse_command(typed))
+    assert argv == ("/bin/sh", "-c", typed)  # what the local backend runs too
+    job = manifests.training_job(spec(workers=3, command=argv), CONFIG)
+    assert [container(job, task)["command"] for task in (0, 1)] == [list(argv)] * 2
+    # A list (the API's argv) is run as it is, without a shell.
+    job = manifests.training_job(spec(command=("python", "train.py")), CONFIG)
+    assert container(job)["command"] == ["python", "train.py"]
