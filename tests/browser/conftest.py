@@ -278,6 +278,15 @@ def portal(chromium: Browser) -> Iterator[Portal]:
         yield started
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the session's portal, stop what it left active (a failed test's
+    notebook would otherwise hold the student's grant or the host's CPUs for the next)."""
+    yield
+    if "portal" in request.fixturenames:
+        request.getfixturevalue("portal").stop_everything()
+
+
 @contextlib.contextmanager
 def running_portal(extra_env: dict[str, str] | None = None) -> Iterator[Portal]:
     """A portal of its own (``portal`` is the session's), with ``extra_env`` added to its
