@@ -143,11 +143,10 @@ def roster_import(request: AuthenticatedHttpRequest) -> HttpResponse:
             row_errors = exc.errors
     access = Access.of(request.user)
     linkable = (
-        list(
-            services.link_candidates(actor=request.user)
-            .filter(username__in=result.usernames)
-            .values_list("username", flat=True)
-        )
+        [
+            user.username
+            for user in services.link_candidates(actor=request.user, usernames=result.usernames)
+        ]
         if result
         else []
     )

@@ -20,12 +20,13 @@ from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.tokens import default_token_generator
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
+from guardian.models import UserObjectPermission
 
 from core.audit import record
 from tenants.choices import MANAGING_ROLES
@@ -43,17 +44,24 @@ class SignInLink:
     url: str
 
 
-def link_candidates(*, actor: Any, tenant: Tenant | None = None) -> QuerySet[Any]:
-    """People who may get a link from ``actor``: members of a class ``actor`` manages (of
-    ``tenant`` when given) who have no usable password and never signed in; never a
-    superuser or staff, never an inactive account."""
+def link_candidates(
+    *, actor: Any, tenant: Tenant | None = None, usernames: Iterable[str] | None = None
+) -> list[Any]:
+    """People who may get a link from ``actor``, by username: members of a class ``actor``
+    manages (of ``tenant`` when given; named in ``usernames`` when given) who have no usable
+    password and never signed in; never a superuser, staff or inactive account.
+
+    A link hands the account to whoever holds it, so ``actor`` must be able to give every
+    role the account has, wherever it has one: a TA gets none for a teacher, and a teacher
+    of class A none for a student of A who teaches class B. Accounts with permissions of
+    their own (django-guardian) get none either."""
     access = Access.of(actor)
     memberships = Membership.objects.filter(access.tenant_filter(MANAGING_ROLES, "tenant__"))
     if tenant is not None:
         if not access.can_manage(tenant):
-            return User.objects.none()
+            return []
         memberships = memberships.filter(tenant=tenant)
-    return (
+    people = (
         User.objects.filter(
             pk__in=memberships.values("user"),
             is_active=True,
@@ -63,12 +71,24 @@ def link_candidates(*, actor: Any, tenant: Tenant | None = None) -> QuerySet[Any
         )
         # Django stores an unusable password as "!" + random characters.
         .filter(Q(password__startswith=UNUSABLE_PASSWORD_PREFIX) | Q(password=""))
+        .exclude(pk__in=UserObjectPermission.objects.values("user"))
+        .prefetch_related(
+            Prefetch("memberships", queryset=Membership.objects.select_related("tenant"))
+        )
         .order_by("username")
     )
+    if usernames is not None:
+        people = people.filter(username__in=list(usernames))
+    return [
+        user
+        for user in people
+        if all(access.can_assign_role(m.tenant, m.role) for m in user.memberships.all())
+    ]
 
 
 def needs_sign_in_link(user: Any) -> bool:
-    """``link_candidates``'s rule for one account already loaded (no membership check)."""
+    """The account's half of ``link_candidates``'s rule, for one already loaded: no usable
+    password, never signed in (the class page counts these; who may issue is not checked)."""
     return (
         user.is_active
         and not (user.is_superuser or user.is_staff)
@@ -97,18 +117,15 @@ def issue_sign_in_links(
     own language once the rows are written. Anyone not a candidate is left out silently."""
     if delivery not in DELIVERIES:
         raise ValueError(delivery)
-    people = link_candidates(actor=actor, tenant=tenant)
-    if usernames is not None:
-        people = people.filter(username__in=list(usernames))
+    people = link_candidates(actor=actor, tenant=tenant, usernames=usernames)
     access = Access.of(actor)
     base = base_url.rstrip("/")
     links = []
     with transaction.atomic():
         for user in people:
-            where = tenant or next(
-                m.tenant
-                for m in user.memberships.select_related("tenant").order_by("tenant__path")
-                if access.can_manage(m.tenant)
+            where = tenant or min(
+                (m.tenant for m in user.memberships.all() if access.can_manage(m.tenant)),
+                key=lambda t: t.path,
             )
             links.append(SignInLink(user=user, tenant=where, url=base + link_path(user)))
             record(

@@ -262,3 +262,23 @@ def test_the_roster_page_names_the_links_in_chinese(world, client) -> None:
 
     assert "请把一次性登录链接发给每位学生" in page
     assert "下载 2 个登录链接（CSV）" in page
+
+
+def test_no_link_for_an_account_with_a_role_the_issuer_cannot_give(world, imported) -> None:
+    """A link hands over the account: a TA gets none for an imported teacher, and alice
+    none for her student s2 who also teaches class B (she has no say there)."""
+    ta = User.objects.create_user(username="tara", password="pw-tara-123")
+    world.add(world.class_a, ta, Role.TA)
+    new_teacher = User.objects.create_user(username="tess")  # no password, never signed in
+    world.add(world.class_a, new_teacher, Role.TEACHER)
+    world.add(world.class_b, imported[1], Role.TEACHER)
+    as_ta, as_alice = Client(), Client()
+    as_ta.force_login(ta)
+    as_alice.force_login(world.alice)
+
+    assert [r["student_number"] for r in links_csv(as_ta, **{"class": "ml-101"})] == ["s1"]
+    names = {r["email"] for r in links_csv(as_alice, **{"class": "ml-101"})}
+    assert names == {"ann@uni.example"}  # not s2 (teaches DL-201), not tess (a teacher)
+    as_dean = Client()
+    as_dean.force_login(world.dean)  # admin of the department: may give every role
+    assert len(links_csv(as_dean, **{"class": "ml-101"})) == 3  # s1, s2, tess
