@@ -239,6 +239,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# One-time sign-in links for people without a password (tenants.services.sign_in_links) are
+# Django's password-reset tokens: they end after this many days unused.
+SIGN_IN_LINK_DAYS = envint("SIGN_IN_LINK_DAYS", 7, minimum=1)
+PASSWORD_RESET_TIMEOUT = SIGN_IN_LINK_DAYS * 24 * 3600
 ANONYMOUS_USER_NAME = None  # django-guardian: no anonymous user row
 
 # Campus sign-in through OpenID Connect (docs/authentication.md). Enabled when a client id

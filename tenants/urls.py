@@ -30,4 +30,10 @@ urlpatterns = [
     path("account/ssh-keys/<int:pk>/remove/", views.remove_ssh_key, name="remove-ssh-key"),
     path("roster/import/", views.roster_import, name="roster-import"),
     path("roster/sample.<str:kind>", views.roster_sample, name="roster-sample"),
+    path("roster/sign-in-links/", views.sign_in_links, name="sign-in-links"),
+    path(
+        "account/welcome/<uidb64>/<token>/",
+        views.SignInLinkView.as_view(),
+        name="sign-in-link",
+    ),
 ]

@@ -5,15 +5,29 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import login as auth_login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import SetPasswordForm
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseForbidden,
+    HttpResponseRedirect,
+)
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 from django_cas_ng import views as cas_views
 from openpyxl import Workbook
@@ -26,6 +40,9 @@ from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
 from tenants.http import AuthenticatedHttpRequest
 from tenants.models import ApiToken, SshKey, Tenant
 from tenants.permissions import Access
+from tenants.services.sign_in_links import DELIVERIES
+
+logger = logging.getLogger(__name__)
 
 
 @login_required
@@ -125,6 +142,14 @@ def roster_import(request: AuthenticatedHttpRequest) -> HttpResponse:
         except services.RosterRejected as exc:
             row_errors = exc.errors
     access = Access.of(request.user)
+    linkable = (
+        [
+            user.username
+            for user in services.link_candidates(actor=request.user, usernames=result.usernames)
+        ]
+        if result
+        else []
+    )
     classes = [
         t
         for t in Tenant.objects.filter(access.managed_tenants(), kind__in=ROSTER_KINDS).order_by(
@@ -141,6 +166,8 @@ def roster_import(request: AuthenticatedHttpRequest) -> HttpResponse:
             "row_errors": row_errors,
             "classes": classes,
             "campus_sign_in": campus_sign_in(),
+            "linkable": linkable,
+            "link_days": settings.SIGN_IN_LINK_DAYS,
         },
     )
 
@@ -214,6 +241,107 @@ def roster_sample(request: AuthenticatedHttpRequest, kind: str) -> HttpResponse:
         )
     response["Content-Disposition"] = f'attachment; filename="roster-sample.{kind}"'
     return response
+
+
+LINKS_HEADER = ["student_number", "name", "email", "link"]
+
+
+@login_required
+@require_POST
+def sign_in_links(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """One-time sign-in links for the members without a password of the classes the teacher
+    manages (of ``class`` when given, of the accounts named ``user`` when given): a CSV to
+    download (``delivery=csv``) or one mail each (``delivery=email``)."""
+    access = Access.of(request.user)
+    if not access.manages_anything():
+        return HttpResponseForbidden(_("Only teachers and admins issue sign-in links."))
+    delivery = request.POST.get("delivery", "")
+    if delivery not in DELIVERIES:
+        return HttpResponseBadRequest(_("Choose to download the links or to email them."))
+    tenant = None
+    if slug := request.POST.get("class", ""):
+        tenant = Tenant.objects.filter(slug__iexact=slug, kind__in=ROSTER_KINDS).first()
+        if tenant is None or not access.can_view(tenant):
+            raise Http404
+        if not access.can_manage(tenant):
+            return HttpResponseForbidden(_("You do not manage %(name)s.") % {"name": tenant.name})
+    usernames = request.POST.getlist("user") or None
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, {request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("roster-import")
+    base_url = settings.PORTAL_URL or request.build_absolute_uri("/")
+    try:
+        links = services.issue_sign_in_links(
+            actor=request.user,
+            base_url=base_url,
+            delivery=delivery,
+            tenant=tenant,
+            usernames=usernames,
+        )
+    except OSError:  # the mail server (smtplib's errors are OSErrors)
+        logger.exception("could not send sign-in links")
+        messages.error(
+            request,
+            _("The mail could not be sent. Download the links as a CSV file and hand them out."),
+        )
+        return redirect(target)
+    if not links:
+        messages.info(request, _("Everyone here has a password or has signed in already."))
+        return redirect(target)
+    if delivery == "email":
+        mailed = sum(1 for link in links if link.user.email)
+        messages.success(
+            request,
+            ngettext("Emailed %(n)s sign-in link.", "Emailed %(n)s sign-in links.", mailed)
+            % {"n": mailed},
+        )
+        if missing := len(links) - mailed:
+            messages.warning(
+                request,
+                ngettext(
+                    "%(n)s person has no email address: download the links for them.",
+                    "%(n)s people have no email address: download the links for them.",
+                    missing,
+                )
+                % {"n": missing},
+            )
+        return redirect(target)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(LINKS_HEADER)
+    for link in links:
+        user = link.user
+        writer.writerow(
+            [user.student_number or user.username, user.display_name, user.email, link.url]
+        )
+    response = HttpResponse(
+        ("\ufeff" + out.getvalue()).encode(), content_type="text/csv; charset=utf-8"
+    )
+    name = f"sign-in-links-{tenant.slug}.csv" if tenant else "sign-in-links.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"  # the links sign people in
+    return response
+
+
+class SignInLinkView(auth_views.PasswordResetConfirmView):
+    """The page a one-time sign-in link opens: choose a password (Django's validators), then
+    signed in on the home page. An expired or used link says to ask the teacher for a new
+    one."""
+
+    template_name = "registration/sign_in_link.html"
+    success_url = reverse_lazy("home")
+    post_reset_login = True
+    post_reset_login_backend = "django.contrib.auth.backends.ModelBackend"
+
+    def form_valid(self, form: SetPasswordForm[Any]) -> HttpResponse:
+        user = form.user
+        services.set_password_from_link(user=user, password=form.cleaned_data["new_password1"])
+        self.request.session.pop(auth_views.INTERNAL_RESET_SESSION_TOKEN, None)
+        auth_login(self.request, user, self.post_reset_login_backend)
+        messages.success(self.request, _("Your password is set. Welcome!"))
+        return HttpResponseRedirect(self.get_success_url())
 
 
 @login_required

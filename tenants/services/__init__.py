@@ -13,6 +13,7 @@ One module per topic; callers keep importing from ``tenants.services``:
 - ``preferences``: a person's own display name, language and time zone
 - ``tokens``: personal API tokens
 - ``ssh_keys``: SSH public keys for the SSH gateway
+- ``sign_in_links``: one-time set-your-password links for people without a password
 """
 
 from tenants.services.members import _forget_access, remove_membership, set_membership
@@ -34,6 +35,13 @@ from tenants.services.quotas import (
     set_quota,
 )
 from tenants.services.roster_import import RosterRejected, RosterResult, import_roster
+from tenants.services.sign_in_links import (
+    SignInLink,
+    issue_sign_in_links,
+    link_candidates,
+    needs_sign_in_link,
+    set_password_from_link,
+)
 from tenants.services.ssh_keys import add_ssh_key, parse_public_key, remove_ssh_key, touch_ssh_key
 from tenants.services.tokens import (
     TOKEN_PREFIX,
@@ -61,6 +69,7 @@ __all__ = [
     "QuotaUpdate",
     "RosterRejected",
     "RosterResult",
+    "SignInLink",
     "_apply",
     "_chain",
     "_forget_access",
@@ -73,8 +82,11 @@ __all__ = [
     "delete_tenant",
     "hash_token",
     "import_roster",
+    "issue_sign_in_links",
+    "link_candidates",
     "lock_chains",
     "move_tenant",
+    "needs_sign_in_link",
     "parse_public_key",
     "quota_over_use",
     "quota_snapshot",
@@ -84,6 +96,7 @@ __all__ = [
     "reserve",
     "revoke_api_token",
     "set_membership",
+    "set_password_from_link",
     "set_quota",
     "touch_api_token",
     "touch_ssh_key",

@@ -29,6 +29,7 @@ class RosterResult:
     created_memberships: list[str] = field(default_factory=list)
     changed_memberships: list[str] = field(default_factory=list)
     unchanged: int = 0
+    usernames: list[str] = field(default_factory=list)  # every account the roster names
 
 
 class RosterRejected(Exception):
@@ -132,6 +133,7 @@ def import_roster(*, actor: Any, data: bytes | str) -> RosterResult:
             set_membership(actor=actor, tenant=tenant, user=user, role=row.role)
             label = f"{user.username} → {tenant.slug} ({row.role})"
             (result.changed_memberships if current else result.created_memberships).append(label)
+    result.usernames = sorted({row.student_number for row in rows}, key=natural_sort_key)
     for names in (result.created_users, result.created_memberships, result.changed_memberships):
         names.sort(key=natural_sort_key)  # student2 before student10
     return result

@@ -113,7 +113,7 @@ def test_students_and_outsiders_get_no_sample(world, client: Client) -> None:
     assert client.get("/roster/sample.csv").status_code == 302  # to the sign-in page
 
 
-def test_without_campus_sign_in_the_page_says_the_students_need_a_password(
+def test_without_campus_sign_in_the_page_offers_one_time_sign_in_links(
     world, client: Client
 ) -> None:
     client.force_login(world.alice)
@@ -122,7 +122,9 @@ def test_without_campus_sign_in_the_page_says_the_students_need_a_password(
     page = post(client, "roster.csv", data).content.decode()
 
     assert "How the imported students sign in" in page
-    assert "cannot sign in yet" in page
+    assert "Give each student their one-time sign-in link" in page
+    assert "Download 1 sign-in link (CSV)" in page
+    assert "A link works once and for 7 days" in page
 
 
 def test_with_ldap_the_page_says_students_use_their_campus_account(
@@ -138,4 +140,5 @@ def test_with_ldap_the_page_says_students_use_their_campus_account(
 
     assert "student number and their campus password" in page
     assert "“统一身份认证” button" in page
-    assert "cannot sign in yet" not in page
+    assert "Give each student their one-time sign-in link" not in page
+    assert "Students without a campus account can get a one-time sign-in link" in page

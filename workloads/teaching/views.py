@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
@@ -110,6 +111,13 @@ def dashboard(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
             "grants": queries.class_grants(tenant),
             "member_form": member_form,
             "today": timezone.localdate(),
+            # The members a sign-in link is for (the roster has them loaded already).
+            "never_signed_in": sum(
+                1
+                for r in roster
+                if r["membership"] and tenant_services.needs_sign_in_link(r["user"])
+            ),
+            "link_days": settings.SIGN_IN_LINK_DAYS,
         },
     )
 
