@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -56,13 +57,12 @@ VIEWPORT = {"width": 1280, "height": 900}
 GPUS = [{"index": i, "model": "A100", "memory_mib": 40960} for i in range(2)]
 ACTIVE = ("Pending", "Queued", "Starting", "Running", "Stopping")
 # Quanta's settings (docs/configuration.md): the server under test gets its own, never the
-# caller's (CI points DATABASE_URL and REDIS_URL at PostgreSQL and Redis).
+# caller's (CI points DATABASE_URL and REDIS_URL at PostgreSQL and Redis). Every variable
+# portal/settings.py reads, so a new setting cannot leak in from the caller's shell.
 QUANTA_SETTINGS = {
-    "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "DATA_DIR", "DATABASE_URL",
-    "REDIS_URL", "CLUSTER_BACKEND", "TIME_ZONE", "LANGUAGE_CODE", "LOG_LEVEL", "SECURE_COOKIES",
-    "API_TOKEN_TOUCH_INTERVAL", "DEMO_PASSWORD", "PORT", "DJANGO_SETTINGS_MODULE",
-    "EMAIL_BACKEND", "METRICS_TOKEN", "METRICS_ALLOW", "PROMETHEUS_MULTIPROC_DIR",
-    "DEMO_LOAD", "DEMO_LOAD_SECONDS",
+    *re.findall(r'\benv[a-z_]*\(\s*"([A-Z0-9_]+)"', (ROOT / "portal" / "settings.py").read_text()),
+    "DEBUG", "SECRET_KEY", "DATA_DIR", "PORT", "DJANGO_SETTINGS_MODULE",
+    "PROMETHEUS_MULTIPROC_DIR",
 }  # fmt: skip
 
 # Run by `manage.py shell` once the demo is seeded: two configured A100s on "This host", the
