@@ -49,7 +49,7 @@ def test_the_first_cell_of_a_fresh_notebook_prints_on_the_first_try(
     )
 
 
-REFUSAL_RED = "rgb(253, 232, 230)"  # .messages li.error's background
+REFUSAL_RED = "rgb(253, 232, 230)"  # .banner.error's background
 
 
 def test_extend_adds_time_each_time_and_a_refusal_looks_like_one(
@@ -63,13 +63,13 @@ def test_extend_adds_time_each_time_and_a_refusal_looks_like_one(
     for _ in range(2):  # the demo grant allows two extensions
         page.get_by_role("button", name="Extend").click()
         banner = page.locator("ul.messages li").first
-        expect(banner).to_have_class("success")
+        expect(banner).to_have_class(re.compile(r"\bsuccess\b"))
         expect(banner).to_contain_text("Extended: it now stops at")
         ends.append(stops_at.inner_text())
     assert len(set(ends)) == 3, ends  # each extension moved the end
     page.get_by_role("button", name="Extend").click()
     banner = page.locator("ul.messages li").first
-    expect(banner).to_have_class("error")
+    expect(banner).to_have_class(re.compile(r"\berror\b"))
     expect(banner).to_contain_text("already extended 2 time(s), the most the grant allows")
     assert banner.evaluate("li => getComputedStyle(li).backgroundColor") == REFUSAL_RED
     assert stops_at.inner_text() == ends[-1]
