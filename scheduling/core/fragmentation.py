@@ -81,6 +81,21 @@ class FragmentationModel:
         self.model_ok: BoolArray = np.array(
             [cluster.model_mask(typical.shapes[i][3]) for i in gpu], dtype=bool
         ).reshape(len(gpu), len(cluster.models) + 1)
+        # node_ok[n, t]: shape t accepts node n's model.
+        self.node_ok: BoolArray = self.model_ok[:, cluster.model_id].T
+        # What placement_delta reads about a node's current state whatever the task (the
+        # parts and the terms of U), per node, kept until the node's version moves on (stamp
+        # -1: never computed). A node changes once per placement but is scored again for
+        # every task shape that arrives after it. Only exact integers are kept: U itself is
+        # weighed for each call's nodes together, as it always was, so that every score keeps
+        # its last bit (FGD's integer scores sit on a boundary at a delta of exactly 0).
+        n, t = len(cluster), len(gpu)
+        self._stamp: IntArray = np.full(n, -1, dtype=np.int64)
+        self._s: IntArray = np.zeros((n, t), dtype=np.int64)
+        self._count: IntArray = np.zeros((n, t), dtype=np.int64)
+        self._terms: tuple[IntArray, ...] = tuple(
+            np.zeros((n, t), dtype=np.int64) for _ in range(self.n_terms)
+        )
 
     # The per-node, per-shape state U is computed from, and how one placement changes it.
 
@@ -109,14 +124,27 @@ class FragmentationModel:
         s, count = parts
         return s - MILLI * k, count - k
 
+    # U = weigh(terms(...)): the terms are exact integers per shape, weigh sums them with the
+    # shapes' weights (the only rounding). Subclasses change both together.
+    n_terms = 1
+
+    def terms(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> tuple[IntArray, ...]:
+        """ok_t * S_t; leading axes of the arguments broadcast together."""
+        s, count = parts
+        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        return (ok * s,)
+
+    def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
+        result: FloatArray = terms[0] @ self.weight
+        return result
+
     def usable(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
     ) -> FloatArray:
         """U = sum_t p_t * ok_t * S_t; leading axes of the arguments broadcast together."""
-        s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        result: FloatArray = (ok * s) @ self.weight
-        return result
+        return self.weigh(self.terms(cpu, parts, model_ok))
 
     # What callers use.
 
@@ -138,9 +166,9 @@ class FragmentationModel:
         """
         c = self.cluster
         dev = c.dev_free[nodes]
-        parts = self.parts(dev)
-        model_ok = self.model_ok[:, c.model_id[nodes]].T
-        before = self.usable(c.cpu_free[nodes], parts, model_ok)
+        parts, terms = self._current(nodes)
+        model_ok = self.node_ok[nodes]
+        before = self.weigh(terms)
         cpu_after = c.cpu_free[nodes] - task.cpu_milli
         no_device = np.full(len(nodes), -1, dtype=np.int64)
         if task.num_gpu == 0:
@@ -167,6 +195,22 @@ class FragmentationModel:
             c.cpu_free[node], c.dev_free[node] = saved
         return deltas, no_device
 
+    def _current(
+        self, nodes: IntArray
+    ) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, ...]]:
+        """The parts and terms of the given nodes now, refreshing the cache where stale."""
+        c = self.cluster
+        stale = nodes[self._stamp[nodes] != c.version[nodes]]
+        if stale.size:
+            s, count = self.parts(c.dev_free[stale])
+            self._s[stale] = s
+            self._count[stale] = count
+            terms = self.terms(c.cpu_free[stale], (s, count), self.node_ok[stale])
+            for cache, term in zip(self._terms, terms, strict=True):
+                cache[stale] = term
+            self._stamp[stale] = c.version[stale]
+        return (self._s[nodes], self._count[nodes]), tuple(t[nodes] for t in self._terms)
+
 
 class CpuAwareFragmentation(FragmentationModel):
     """Our refinement: free GPU counts as usable by a shape only as far as the node's free CPU
@@ -178,15 +222,14 @@ class CpuAwareFragmentation(FragmentationModel):
     without the CPU to use them register as fragmentation. The closed forms are unchanged.
     """
 
-    def usable(
+    def terms(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
-    ) -> FloatArray:
+    ) -> tuple[IntArray, ...]:
         s, count = parts
         ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
         per_cpu = cpu[..., None] // np.maximum(self.cpu, 1) * (self.num_gpu * self.milli)
         reachable = np.where(self.cpu > 0, np.minimum(s, per_cpu), s)
-        result: FloatArray = (ok * reachable) @ self.weight
-        return result
+        return (ok * reachable,)
 
 
 class BlendedFragmentation(CpuAwareFragmentation):
@@ -194,26 +237,32 @@ class BlendedFragmentation(CpuAwareFragmentation):
     one. alpha = 0 is the paper's measure, 1 the CPU-aware one."""
 
     def __init__(self, cluster: Cluster, typical: TypicalShapes, alpha: float = 0.5) -> None:
-        super().__init__(cluster, typical)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in 0..1")
         self.alpha = alpha
+        self.n_terms = 1 if alpha == 0.0 else 2
+        super().__init__(cluster, typical)
         self._cpu_step = np.maximum(self.cpu, 1)
         self._task_milli = self.num_gpu * self.milli
         self._needs_cpu = self.cpu > 0
 
-    def usable(
+    def terms(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
-    ) -> FloatArray:
-        # The two measures' sums exactly as they compute them, sharing what they have in common.
+    ) -> tuple[IntArray, ...]:
+        # The two measures' terms exactly as they compute them, sharing what they have in common.
         s, count = parts
         ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        paper: FloatArray = (ok * s) @ self.weight
         if self.alpha == 0.0:
-            return paper
+            return (ok * s,)
         per_cpu = cpu[..., None] // self._cpu_step * self._task_milli
         reachable = np.where(self._needs_cpu, np.minimum(s, per_cpu), s)
-        aware: FloatArray = (ok * reachable) @ self.weight
+        return ok * s, ok * reachable
+
+    def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
+        paper: FloatArray = terms[0] @ self.weight
+        if self.alpha == 0.0:
+            return paper
+        aware: FloatArray = terms[1] @ self.weight
         result: FloatArray = (1.0 - self.alpha) * paper + self.alpha * aware
         return result
 
