@@ -29,6 +29,8 @@ FloatArray = npt.NDArray[np.float64]
 
 ShapeKey = tuple[int, int, int, frozenset[str]]  # cpu_milli, num_gpu, gpu_milli, gpu_models
 
+_NO_BOUND = np.iinfo(np.int64).max  # the CPU-aware cap of a shape that needs no CPU
+
 
 @dataclass(frozen=True)
 class TypicalShapes:
@@ -81,6 +83,9 @@ class FragmentationModel:
         self.model_ok: BoolArray = np.array(
             [cluster.model_mask(typical.shapes[i][3]) for i in gpu], dtype=bool
         ).reshape(len(gpu), len(cluster.models) + 1)
+        self._cpu_step = np.maximum(self.cpu, 1)
+        self._task_milli = self.num_gpu * self.milli
+        self._needs_cpu = self.cpu > 0
         # node_ok[n, t]: shape t accepts node n's model.
         self.node_ok: BoolArray = self.model_ok[:, cluster.model_id].T
         # What placement_delta reads about a node's current state whatever the task (the
@@ -89,13 +94,10 @@ class FragmentationModel:
         # every task shape that arrives after it. Only exact integers are kept: U itself is
         # weighed for each call's nodes together, as it always was, so that every score keeps
         # its last bit (FGD's integer scores sit on a boundary at a delta of exactly 0).
+        # _state[n] stacks S_t, the device counts and the terms, so one gather reads them all.
         n, t = len(cluster), len(gpu)
         self._stamp: IntArray = np.full(n, -1, dtype=np.int64)
-        self._s: IntArray = np.zeros((n, t), dtype=np.int64)
-        self._count: IntArray = np.zeros((n, t), dtype=np.int64)
-        self._terms: tuple[IntArray, ...] = tuple(
-            np.zeros((n, t), dtype=np.int64) for _ in range(self.n_terms)
-        )
+        self._state: IntArray = np.zeros((n, 2 + self.n_terms, t), dtype=np.int64)
 
     # The per-node, per-shape state U is computed from, and how one placement changes it.
 
@@ -133,7 +135,7 @@ class FragmentationModel:
     ) -> tuple[IntArray, ...]:
         """ok_t * S_t; leading axes of the arguments broadcast together."""
         s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
         return (ok * s,)
 
     def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
@@ -200,16 +202,16 @@ class FragmentationModel:
     ) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, ...]]:
         """The parts and terms of the given nodes now, refreshing the cache where stale."""
         c = self.cluster
-        stale = nodes[self._stamp[nodes] != c.version[nodes]]
-        if stale.size:
-            s, count = self.parts(c.dev_free[stale])
-            self._s[stale] = s
-            self._count[stale] = count
-            terms = self.terms(c.cpu_free[stale], (s, count), self.node_ok[stale])
-            for cache, term in zip(self._terms, terms, strict=True):
-                cache[stale] = term
-            self._stamp[stale] = c.version[stale]
-        return (self._s[nodes], self._count[nodes]), tuple(t[nodes] for t in self._terms)
+        version = c.version[nodes]
+        stale = self._stamp[nodes] != version
+        if stale.any():
+            todo = nodes[stale]
+            s, count = self.parts(c.dev_free[todo])
+            terms = self.terms(c.cpu_free[todo], (s, count), self.node_ok[todo])
+            self._state[todo] = np.stack((s, count, *terms), axis=1)
+            self._stamp[todo] = version[stale]
+        state = self._state[nodes]
+        return (state[:, 0], state[:, 1]), tuple(state[:, 2 + i] for i in range(self.n_terms))
 
 
 class CpuAwareFragmentation(FragmentationModel):
@@ -226,10 +228,15 @@ class CpuAwareFragmentation(FragmentationModel):
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
     ) -> tuple[IntArray, ...]:
         s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        per_cpu = cpu[..., None] // np.maximum(self.cpu, 1) * (self.num_gpu * self.milli)
-        reachable = np.where(self.cpu > 0, np.minimum(s, per_cpu), s)
-        return (ok * reachable,)
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
+        return (ok * np.minimum(s, self.cpu_cap(cpu)),)
+
+    def cpu_cap(self, cpu: IntArray) -> IntArray:
+        """floor(cpu / cpu_t) * k_t * m_t per shape (..., T); no bound for shapes without CPU."""
+        cap: IntArray = np.where(
+            self._needs_cpu, cpu[..., None] // self._cpu_step * self._task_milli, _NO_BOUND
+        )
+        return cap
 
 
 class BlendedFragmentation(CpuAwareFragmentation):
@@ -242,21 +249,16 @@ class BlendedFragmentation(CpuAwareFragmentation):
         self.alpha = alpha
         self.n_terms = 1 if alpha == 0.0 else 2
         super().__init__(cluster, typical)
-        self._cpu_step = np.maximum(self.cpu, 1)
-        self._task_milli = self.num_gpu * self.milli
-        self._needs_cpu = self.cpu > 0
 
     def terms(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
     ) -> tuple[IntArray, ...]:
         # The two measures' terms exactly as they compute them, sharing what they have in common.
         s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
         if self.alpha == 0.0:
             return (ok * s,)
-        per_cpu = cpu[..., None] // self._cpu_step * self._task_milli
-        reachable = np.where(self._needs_cpu, np.minimum(s, per_cpu), s)
-        return ok * s, ok * reachable
+        return ok * s, ok * np.minimum(s, self.cpu_cap(cpu))
 
     def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
         paper: FloatArray = terms[0] @ self.weight
