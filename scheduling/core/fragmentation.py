@@ -271,9 +271,10 @@ class BlendedFragmentation(CpuAwareFragmentation):
 
 def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
     """The num_gpu devices with the least free that still fit, in device order on ties."""
-    fitting = [int(d) for d in np.flatnonzero(dev_free >= task.gpu_milli)]
-    fitting.sort(key=lambda d: int(dev_free[d]))
-    return fitting[: task.num_gpu]
+    fitting = np.flatnonzero(dev_free >= task.gpu_milli)
+    if task.gpu_milli < MILLI:  # whole devices all have the same (full) free: device order
+        fitting = fitting[np.argsort(dev_free[fitting], kind="stable")]
+    return fitting[: task.num_gpu].tolist()
 
 
 class FragmentationTracker:
