@@ -136,7 +136,7 @@ class FragmentationModel:
         """ok_t * S_t; leading axes of the arguments broadcast together."""
         s, count = parts
         ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
-        return (ok * s,)
+        return (s * ok,)
 
     def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
         result: FloatArray = terms[0] @ self.weight
@@ -197,9 +197,7 @@ class FragmentationModel:
             c.cpu_free[node], c.dev_free[node] = saved
         return deltas, no_device
 
-    def _current(
-        self, nodes: IntArray
-    ) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, ...]]:
+    def _current(self, nodes: IntArray) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, ...]]:
         """The parts and terms of the given nodes now, refreshing the cache where stale."""
         c = self.cluster
         version = c.version[nodes]
@@ -208,7 +206,12 @@ class FragmentationModel:
             todo = nodes[stale]
             s, count = self.parts(c.dev_free[todo])
             terms = self.terms(c.cpu_free[todo], (s, count), self.node_ok[todo])
-            self._state[todo] = np.stack((s, count, *terms), axis=1)
+            block = np.empty((todo.size, *self._state.shape[1:]), dtype=np.int64)
+            block[:, 0] = s
+            block[:, 1] = count
+            for i, term in enumerate(terms):
+                block[:, 2 + i] = term
+            self._state[todo] = block
             self._stamp[todo] = version[stale]
         state = self._state[nodes]
         return (state[:, 0], state[:, 1]), tuple(state[:, 2 + i] for i in range(self.n_terms))
@@ -229,7 +232,8 @@ class CpuAwareFragmentation(FragmentationModel):
     ) -> tuple[IntArray, ...]:
         s, count = parts
         ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
-        return (ok * np.minimum(s, self.cpu_cap(cpu)),)
+        term: IntArray = np.minimum(s, self.cpu_cap(cpu)) * ok
+        return (term,)
 
     def cpu_cap(self, cpu: IntArray) -> IntArray:
         """floor(cpu / cpu_t) * k_t * m_t per shape (..., T); no bound for shapes without CPU."""
@@ -257,8 +261,10 @@ class BlendedFragmentation(CpuAwareFragmentation):
         s, count = parts
         ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
         if self.alpha == 0.0:
-            return (ok * s,)
-        return ok * s, ok * np.minimum(s, self.cpu_cap(cpu))
+            return (s * ok,)
+        paper: IntArray = s * ok
+        aware: IntArray = np.minimum(s, self.cpu_cap(cpu)) * ok
+        return paper, aware
 
     def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
         paper: FloatArray = terms[0] @ self.weight
@@ -274,7 +280,8 @@ def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
     fitting = np.flatnonzero(dev_free >= task.gpu_milli)
     if task.gpu_milli < MILLI:  # whole devices all have the same (full) free: device order
         fitting = fitting[np.argsort(dev_free[fitting], kind="stable")]
-    return fitting[: task.num_gpu].tolist()
+    chosen: list[int] = fitting[: task.num_gpu].tolist()
+    return chosen
 
 
 class FragmentationTracker:
