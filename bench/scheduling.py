@@ -288,6 +288,23 @@ def render(
         "machine): a replay of openb default took 1.47 s; a session with 1,000 jobs took 0.77 s "
         "on 1,000 nodes and 2.60 s on 10,000; on 10,000 nodes 1.42 s with 250 jobs, 4.24 s with "
         "2,000, and 2.48 / 2.22 s with 1,000 / 3,000 tasks running.",
+        "",
+        "Second round (branch h/replay, 2026-12-01): the fragmentation model keeps each "
+        "node's parts and the integer terms of U until the node changes (U itself is still "
+        "weighed per call: FGD's integer score has a boundary at a delta of exactly 0, so a "
+        "last-bit change would move placements), the placer finds stale nodes from the "
+        "cluster's tick and folds the GPU models into its static mask, and the hot loop makes"
+        " fewer numpy calls. No placement changed: `tests/scheduling/test_replay_pinned.py` "
+        "pins every policy on the test sample, and the per-event curves, placements and final"
+        " numbers of random, spread, binpack, bestfit, fgd, fgd-cpu and fgd-mix, seeds 42 and"
+        " 43, on default, gpushare20 and multigpu20 are identical before and after. One fgd-"
+        "mix replay of openb default (seed 42) counted with callgrind (`valgrind "
+        "--tool=callgrind .venv/bin/python bench/replay_once.py --runs 1`, minus the same "
+        "with `--runs 0`, OPENBLAS_NUM_THREADS=1): 9.85 G instructions before (commit "
+        "28075ce), 8.32 G after (-15.5 %). Seconds could not be measured usefully that day: "
+        "the load average was 3-6 on the machine's 2 cores and both versions took 1.6-3.8 s "
+        "per run; the scheduler-core cells placed the same tasks before and after, their "
+        "seconds equally drowned in the load.",
     ]
     if core:
         lines += [

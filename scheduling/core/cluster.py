@@ -23,7 +23,7 @@ class PlacementError(ValueError):
     """An allocation that the node cannot hold (a bug in the caller, never a normal outcome)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     """What one placed task holds, enough to give it back exactly."""
 
@@ -94,16 +94,30 @@ class Cluster:
                 mask[i] = model in wanted
         return mask
 
+    @property
+    def tick(self) -> int:
+        """The version of the latest change (0 before any): a node changed since tick t has a
+        version above t."""
+        return self._tick
+
     def fits(self, task: TaskRequest, nodes: IntArray | None = None) -> BoolArray:
         """Resource and GPU-model feasibility of the task on each node (or on `nodes`)."""
+        sel = slice(None) if nodes is None else nodes
+        ok = self.fits_resources(task, nodes)
+        if task.num_gpu:
+            ok &= self.model_mask(task.gpu_models)[self.model_id[sel]]
+        return ok
+
+    def fits_resources(self, task: TaskRequest, nodes: IntArray | None = None) -> BoolArray:
+        """fits() without the GPU models: free CPU, memory and enough devices with room."""
         sel = slice(None) if nodes is None else nodes
         ok: BoolArray = (self.cpu_free[sel] >= task.cpu_milli) & (
             self.mem_free[sel] >= task.memory_mib
         )
-        if task.num_gpu:
-            ok &= self.model_mask(task.gpu_models)[self.model_id[sel]]
-            enough = (self.dev_free[sel] >= task.gpu_milli).sum(axis=1) >= task.num_gpu
-            ok &= enough
+        if task.num_gpu == 1:
+            ok &= self.dev_free[sel].max(axis=1) >= task.gpu_milli
+        elif task.num_gpu:
+            ok &= (self.dev_free[sel] >= task.gpu_milli).sum(axis=1) >= task.num_gpu
         return ok
 
     def fits_empty(self, task: TaskRequest) -> BoolArray:
@@ -119,20 +133,23 @@ class Cluster:
 
     def allocate(self, node: int, task: TaskRequest, devices: Sequence[int] = ()) -> Allocation:
         devices = tuple(int(d) for d in devices)
+        cpu, mem, gpu = task.cpu_milli, task.memory_mib, task.gpu_milli
         if len(devices) != task.num_gpu or len(set(devices)) != len(devices):
             raise PlacementError(f"task {task.name} needs {task.num_gpu} distinct devices")
-        if self.cpu_free[node] < task.cpu_milli or self.mem_free[node] < task.memory_mib:
+        if self.cpu_free.item(node) < cpu or self.mem_free.item(node) < mem:
             raise PlacementError(f"task {task.name} does not fit node {self.nodes[node].name}")
+        free = self.dev_free[node]
+        count = self.gpu_count.item(node)
         for d in devices:
-            if d >= self.gpu_count[node] or self.dev_free[node, d] < task.gpu_milli:
+            if d >= count or free.item(d) < gpu:
                 raise PlacementError(f"device {d} of {self.nodes[node].name} is too full")
-        self.cpu_free[node] -= task.cpu_milli
-        self.mem_free[node] -= task.memory_mib
+        self.cpu_free[node] -= cpu
+        self.mem_free[node] -= mem
         for d in devices:
-            self.dev_free[node, d] -= task.gpu_milli
-        self.allocated_gpu_milli += task.gpu_milli * len(devices)
+            free[d] -= gpu
+        self.allocated_gpu_milli += gpu * len(devices)
         self._touch(node)
-        return Allocation(node, devices, task.cpu_milli, task.memory_mib, task.gpu_milli)
+        return Allocation(node, devices, cpu, mem, gpu)
 
     def release(self, alloc: Allocation) -> None:
         node = alloc.node

@@ -29,6 +29,8 @@ FloatArray = npt.NDArray[np.float64]
 
 ShapeKey = tuple[int, int, int, frozenset[str]]  # cpu_milli, num_gpu, gpu_milli, gpu_models
 
+_NO_BOUND = np.iinfo(np.int64).max  # the CPU-aware cap of a shape that needs no CPU
+
 
 @dataclass(frozen=True)
 class TypicalShapes:
@@ -81,6 +83,21 @@ class FragmentationModel:
         self.model_ok: BoolArray = np.array(
             [cluster.model_mask(typical.shapes[i][3]) for i in gpu], dtype=bool
         ).reshape(len(gpu), len(cluster.models) + 1)
+        self._cpu_step = np.maximum(self.cpu, 1)
+        self._task_milli = self.num_gpu * self.milli
+        self._needs_cpu = self.cpu > 0
+        # node_ok[n, t]: shape t accepts node n's model.
+        self.node_ok: BoolArray = self.model_ok[:, cluster.model_id].T
+        # What placement_delta reads about a node's current state whatever the task (the
+        # parts and the terms of U), per node, kept until the node's version moves on (stamp
+        # -1: never computed). A node changes once per placement but is scored again for
+        # every task shape that arrives after it. Only exact integers are kept: U itself is
+        # weighed for each call's nodes together, as it always was, so that every score keeps
+        # its last bit (FGD's integer scores sit on a boundary at a delta of exactly 0).
+        # _state[n] stacks S_t, the device counts and the terms, so one gather reads them all.
+        n, t = len(cluster), len(gpu)
+        self._stamp: IntArray = np.full(n, -1, dtype=np.int64)
+        self._state: IntArray = np.zeros((n, 2 + self.n_terms, t), dtype=np.int64)
 
     # The per-node, per-shape state U is computed from, and how one placement changes it.
 
@@ -109,14 +126,27 @@ class FragmentationModel:
         s, count = parts
         return s - MILLI * k, count - k
 
+    # U = weigh(terms(...)): the terms are exact integers per shape, weigh sums them with the
+    # shapes' weights (the only rounding). Subclasses change both together.
+    n_terms = 1
+
+    def terms(
+        self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
+    ) -> tuple[IntArray, ...]:
+        """ok_t * S_t; leading axes of the arguments broadcast together."""
+        s, count = parts
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
+        return (s * ok,)
+
+    def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
+        result: FloatArray = terms[0] @ self.weight
+        return result
+
     def usable(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
     ) -> FloatArray:
         """U = sum_t p_t * ok_t * S_t; leading axes of the arguments broadcast together."""
-        s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        result: FloatArray = (ok * s) @ self.weight
-        return result
+        return self.weigh(self.terms(cpu, parts, model_ok))
 
     # What callers use.
 
@@ -138,9 +168,9 @@ class FragmentationModel:
         """
         c = self.cluster
         dev = c.dev_free[nodes]
-        parts = self.parts(dev)
-        model_ok = self.model_ok[:, c.model_id[nodes]].T
-        before = self.usable(c.cpu_free[nodes], parts, model_ok)
+        parts, terms = self._current(nodes)
+        model_ok = self.node_ok[nodes]
+        before = self.weigh(terms)
         cpu_after = c.cpu_free[nodes] - task.cpu_milli
         no_device = np.full(len(nodes), -1, dtype=np.int64)
         if task.num_gpu == 0:
@@ -167,6 +197,25 @@ class FragmentationModel:
             c.cpu_free[node], c.dev_free[node] = saved
         return deltas, no_device
 
+    def _current(self, nodes: IntArray) -> tuple[tuple[IntArray, IntArray], tuple[IntArray, ...]]:
+        """The parts and terms of the given nodes now, refreshing the cache where stale."""
+        c = self.cluster
+        version = c.version[nodes]
+        stale = self._stamp[nodes] != version
+        if stale.any():
+            todo = nodes[stale]
+            s, count = self.parts(c.dev_free[todo])
+            terms = self.terms(c.cpu_free[todo], (s, count), self.node_ok[todo])
+            block = np.empty((todo.size, *self._state.shape[1:]), dtype=np.int64)
+            block[:, 0] = s
+            block[:, 1] = count
+            for i, term in enumerate(terms):
+                block[:, 2 + i] = term
+            self._state[todo] = block
+            self._stamp[todo] = version[stale]
+        state = self._state[nodes]
+        return (state[:, 0], state[:, 1]), tuple(state[:, 2 + i] for i in range(self.n_terms))
+
 
 class CpuAwareFragmentation(FragmentationModel):
     """Our refinement: free GPU counts as usable by a shape only as far as the node's free CPU
@@ -178,15 +227,20 @@ class CpuAwareFragmentation(FragmentationModel):
     without the CPU to use them register as fragmentation. The closed forms are unchanged.
     """
 
-    def usable(
+    def terms(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
-    ) -> FloatArray:
+    ) -> tuple[IntArray, ...]:
         s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        per_cpu = cpu[..., None] // np.maximum(self.cpu, 1) * (self.num_gpu * self.milli)
-        reachable = np.where(self.cpu > 0, np.minimum(s, per_cpu), s)
-        result: FloatArray = (ok * reachable) @ self.weight
-        return result
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
+        term: IntArray = np.minimum(s, self.cpu_cap(cpu)) * ok
+        return (term,)
+
+    def cpu_cap(self, cpu: IntArray) -> IntArray:
+        """floor(cpu / cpu_t) * k_t * m_t per shape (..., T); no bound for shapes without CPU."""
+        cap: IntArray = np.where(
+            self._needs_cpu, cpu[..., None] // self._cpu_step * self._task_milli, _NO_BOUND
+        )
+        return cap
 
 
 class BlendedFragmentation(CpuAwareFragmentation):
@@ -194,35 +248,40 @@ class BlendedFragmentation(CpuAwareFragmentation):
     one. alpha = 0 is the paper's measure, 1 the CPU-aware one."""
 
     def __init__(self, cluster: Cluster, typical: TypicalShapes, alpha: float = 0.5) -> None:
-        super().__init__(cluster, typical)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in 0..1")
         self.alpha = alpha
-        self._cpu_step = np.maximum(self.cpu, 1)
-        self._task_milli = self.num_gpu * self.milli
-        self._needs_cpu = self.cpu > 0
+        self.n_terms = 1 if alpha == 0.0 else 2
+        super().__init__(cluster, typical)
 
-    def usable(
+    def terms(
         self, cpu: IntArray, parts: tuple[IntArray, IntArray], model_ok: BoolArray
-    ) -> FloatArray:
-        # The two measures' sums exactly as they compute them, sharing what they have in common.
+    ) -> tuple[IntArray, ...]:
+        # The two measures' terms exactly as they compute them, sharing what they have in common.
         s, count = parts
-        ok = (cpu[..., None] >= self.cpu) & (count >= self.num_gpu) & model_ok
-        paper: FloatArray = (ok * s) @ self.weight
+        ok = (count >= self.num_gpu) & ((cpu[..., None] >= self.cpu) & model_ok)
+        if self.alpha == 0.0:
+            return (s * ok,)
+        paper: IntArray = s * ok
+        aware: IntArray = np.minimum(s, self.cpu_cap(cpu)) * ok
+        return paper, aware
+
+    def weigh(self, terms: tuple[IntArray, ...]) -> FloatArray:
+        paper: FloatArray = terms[0] @ self.weight
         if self.alpha == 0.0:
             return paper
-        per_cpu = cpu[..., None] // self._cpu_step * self._task_milli
-        reachable = np.where(self._needs_cpu, np.minimum(s, per_cpu), s)
-        aware: FloatArray = (ok * reachable) @ self.weight
+        aware: FloatArray = terms[1] @ self.weight
         result: FloatArray = (1.0 - self.alpha) * paper + self.alpha * aware
         return result
 
 
 def pick_tightest(dev_free: IntArray, task: TaskRequest) -> list[int]:
     """The num_gpu devices with the least free that still fit, in device order on ties."""
-    fitting = [int(d) for d in np.flatnonzero(dev_free >= task.gpu_milli)]
-    fitting.sort(key=lambda d: int(dev_free[d]))
-    return fitting[: task.num_gpu]
+    fitting = np.flatnonzero(dev_free >= task.gpu_milli)
+    if task.gpu_milli < MILLI:  # whole devices all have the same (full) free: device order
+        fitting = fitting[np.argsort(dev_free[fitting], kind="stable")]
+    chosen: list[int] = fitting[: task.num_gpu].tolist()
+    return chosen
 
 
 class FragmentationTracker:

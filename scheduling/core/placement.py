@@ -28,10 +28,10 @@ GROUP_MIN = 48
 
 @dataclass
 class _Scores:
-    static: BoolArray
+    static: BoolArray  # the static predicates and, for a GPU task, its GPU models
     score: FloatArray
-    stamp: IntArray
     device: IntArray  # the device the policy chose with the score, -1 for none
+    tick: int = -1  # the cluster's tick when the scores were brought up to date
 
 
 class Placer:
@@ -63,28 +63,30 @@ class Placer:
 
     def scores(self, task: TaskRequest) -> FloatArray:
         """Current score of every node for the task; -inf where it does not fit."""
+        return self._scores(task).score
+
+    def _scores(self, task: TaskRequest) -> _Scores:
         c = self.cluster
         shape = task.shape
         entry = self._cache.get(shape)
         if entry is None:
             n = len(c)
-            entry = _Scores(
-                static_mask(c, task),
-                np.full(n, -np.inf),
-                np.full(n, -1, dtype=np.int64),
-                np.full(n, -1, dtype=np.int64),
-            )
+            static = static_mask(c, task)
+            if task.num_gpu:
+                static &= c.model_mask(task.gpu_models)[c.model_id]
+            entry = _Scores(static, np.full(n, -np.inf), np.full(n, -1, dtype=np.int64))
             self._cache[shape] = entry
-        stale = np.flatnonzero(entry.stamp != c.version)
-        if stale.size:
-            fits = c.fits(task, stale) & entry.static[stale]
+        if entry.tick != c.tick:
+            # Versions only grow, so the nodes changed since the entry's tick are the stale ones.
+            stale = np.flatnonzero(c.version > entry.tick)
+            fits = c.fits_resources(task, stale) & entry.static[stale]
             entry.score[stale] = -np.inf
             entry.device[stale] = -1
             todo = stale[fits]
             if todo.size:
                 self._score(task, todo, entry)
-            entry.stamp[stale] = c.version[stale]
-        return entry.score
+            entry.tick = c.tick
+        return entry
 
     def _score(self, task: TaskRequest, nodes: IntArray, entry: _Scores) -> None:
         """Fill in scores (and devices) of the given fitting nodes."""
@@ -119,7 +121,8 @@ class Placer:
 
     def choose(self, task: TaskRequest) -> tuple[int, tuple[int, ...]] | None:
         """The node and devices the policy picks, or None when no node fits now."""
-        score = self.scores(task)
+        entry = self._scores(task)
+        score = entry.score
         if self.policy.randomized:
             candidates = np.flatnonzero(score > -np.inf)
             if not candidates.size:
@@ -131,7 +134,7 @@ class Placer:
                 return None
             candidates = np.flatnonzero(score == best)
             node = int(candidates[np.argmax(self.priority[candidates])])
-        device = int(self._cache[task.shape].device[node])
+        device = int(entry.device[node])
         if device >= 0:
             return node, (device,)
         return node, self.policy.devices(self.cluster, node, task, self.rng)

@@ -158,17 +158,19 @@ def run_arrival(
     for i, task in enumerate(workload):
         total += task.gpu_total_milli
         shape = task.shape
-        if shape not in too_big:
-            too_big[shape] = too_big_reason(cluster, task) is not None
-        alloc = None if too_big[shape] else placer.place(task)
+        never = too_big.get(shape)
+        if never is None:
+            never = too_big[shape] = too_big_reason(cluster, task) is not None
+        alloc = None if never else placer.place(task)
         if alloc is None:
             failed += 1
-            big += too_big[shape]
+            big += never
         else:
             tracker.refresh(alloc.node)
         arrived[i] = total
         allocated[i] = cluster.allocated_gpu_milli
-        if curves or np.round(total / gpus / 10, 0) == 100:
+        # round() rounds half to even like np.round, which arrival_curve and the metric use.
+        if curves or round(total / gpus / 10) == 100:
             fragmented[i] = tracker.total_milli
         else:
             fragmented[i] = np.nan
