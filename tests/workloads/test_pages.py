@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scheduling.models import GpuDevice
@@ -185,9 +187,12 @@ def test_extending_from_the_page_says_the_new_end_and_a_refusal_is_an_error(
     )
     client = signed_in(world.bob)
     page = client.post(f"/workloads/{workload.pk}/extend/", follow=True).content.decode()
-    assert '<li class="success">Extended: it now stops at' in page
+    assert re.search(r'<li class="banner success"[^>]*>Extended: it now stops at', page)
     page = client.post(f"/workloads/{workload.pk}/extend/", follow=True).content.decode()
-    assert '<li class="error">already extended 1 time(s), the most the grant allows' in page
+    assert re.search(
+        r'<li class="banner error"[^>]*>already extended 1 time\(s\), the most the grant allows',
+        page,
+    )
     assert signed_in(world.charlie).post(f"/workloads/{workload.pk}/extend/").status_code == 404
 
 
