@@ -42,6 +42,7 @@ def test_the_first_cell_of_a_fresh_notebook_prints_on_the_first_try(
         "42", timeout=30_000
     )
     expect(lab.locator(".jp-NotebookPanel .jp-InputPrompt").first).to_have_text("[1]:")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Stop …? Unsaved work is lost."
     page.get_by_role("button", name="Stop").click()
     expect(page.locator("h1 [data-state]")).to_have_attribute(
         "data-state", "Stopped", timeout=30_000
@@ -72,6 +73,7 @@ def test_extend_adds_time_each_time_and_a_refusal_looks_like_one(
     expect(banner).to_contain_text("already extended 2 time(s), the most the grant allows")
     assert banner.evaluate("li => getComputedStyle(li).backgroundColor") == REFUSAL_RED
     assert stops_at.inner_text() == ends[-1]
+    page.once("dialog", lambda dialog: dialog.accept())  # "Stop …? Unsaved work is lost."
     page.get_by_role("button", name="Stop").click()
     expect(page.locator("h1 [data-state]")).to_have_attribute(
         "data-state", "Stopped", timeout=30_000
