@@ -37,7 +37,7 @@ from typing import Any
 
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
-from jupyter_server.services.sessions.sessionmanager import SessionManager
+from jupyter_server.services.sessions.sessionmanager import KernelName, ModelName, SessionManager
 
 WARM_READY_TIMEOUT = 120.0  # seconds a warm kernel may take to answer before it is given up
 AHEAD_CLAIM_SECONDS = 60.0  # a session made ahead lends its kernel this long after it was made
@@ -116,18 +116,18 @@ class AheadSessionManager(SessionManager):
 
     async def create_ahead(self, path: str, name: str) -> dict[str, Any]:
         model: dict[str, Any] = await self.create_session(
-            path=path, name=name, type="notebook", kernel_name=None
+            path=path, name=ModelName(name), type="notebook", kernel_name=None
         )
         kernel = model["kernel"]
         self._ahead[path] = (kernel["id"], kernel["name"], time.monotonic())
         return model
 
-    async def create_session(  # type: ignore[override]
+    async def create_session(
         self,
         path: str | None = None,
-        name: str | None = None,
+        name: ModelName | None = None,
         type: str | None = None,
-        kernel_name: str | None = None,
+        kernel_name: KernelName | None = None,
         kernel_id: str | None = None,
     ) -> dict[str, Any]:
         if kernel_id is None and type == "notebook" and name and path:
