@@ -430,6 +430,62 @@ def test_a_running_notebook_has_an_idle_kernel_that_its_first_notebook_takes(
     assert new_session("Untitled1.ipynb")["kernel"]["id"] != warm["id"]
 
 
+def test_a_new_notebook_has_its_session_and_kernel_when_its_file_is_made(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    """Issue 16: JupyterLab 4.6 clears a cell run while its notebook's session is still being
+    created. The server makes a new untitled notebook's session with its file, so the page
+    finds one (and connects to it) when it opens the notebook; other new files get none."""
+    backend, handle = notebook
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    headers = {**endpoint.headers, "Content-Type": "application/json"}
+
+    def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(
+            endpoint.url + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers=headers,
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    call("PUT", "api/contents/fresh", {"type": "directory"})
+    made = call("POST", "api/contents/fresh", {"type": "notebook"})
+    assert made["path"] == "fresh/Untitled.ipynb"
+    text = call("POST", "api/contents/fresh", {"type": "file", "ext": ".txt"})
+    sessions = {s["path"]: s for s in call("GET", "api/sessions")}
+    assert text["path"] not in sessions
+    session = sessions[made["path"]]
+    assert session["type"] == "notebook" and session["name"] == "Untitled.ipynb"
+    kernel = session["kernel"]["id"]
+    kernels = {k["id"]: k for k in call("GET", "api/kernels")}
+    assert kernels[kernel]["name"] == "python3"
+    # A cell run before the page connected: JupyterLab asks for a session of its own (a
+    # temporary path, the notebook's name), then deletes the one made ahead. It gets the
+    # kernel already up, and the delete leaves that kernel alone.
+    own = call(
+        "POST",
+        "api/sessions",
+        {"path": f"fresh/{uuid.uuid4()}", "name": "Untitled.ipynb", "type": "notebook",
+         "kernel": {"name": "python3"}},
+    )  # fmt: skip
+    assert own["kernel"]["id"] == kernel
+    request = urllib.request.Request(
+        endpoint.url + f"api/sessions/{session['id']}", headers=headers, method="DELETE"
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 204
+    assert kernel in {k["id"] for k in call("GET", "api/kernels")}
+    request = urllib.request.Request(
+        endpoint.url + f"api/sessions/{own['id']}", headers=headers, method="DELETE"
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 204
+    assert kernel not in {k["id"] for k in call("GET", "api/kernels")}
+
+
 def test_a_notebook_reports_last_activity_that_moves_with_use(
     notebook: tuple[LocalBackend, Handle],
 ) -> None:
