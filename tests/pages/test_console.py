@@ -186,7 +186,7 @@ def test_queues_and_the_catalog_list_their_key_facts(world, catalog, signed_in) 
     assert "teaching" in queues and '<td class="num">75 %</td>' in queues
     page = client.get("/console/catalog/").content.decode()
     assert "JupyterLab" in page and "PyTorch" in page and "half GPU" in page
-    assert "quanta/pytorch:2" in page and "50 % · 20 GiB" in page
+    assert "quanta/pytorch:2" in page and "50 % · 19.53 GiB" in page  # 20,000 MiB
 
 
 def test_the_nav_shows_the_console_to_superusers_and_tenants_to_admins(world, signed_in) -> None:
