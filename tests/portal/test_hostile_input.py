@@ -131,10 +131,11 @@ def test_a_command_is_a_string_or_a_list_of_strings(class_a: Any, api: Any, comm
 
 
 def test_a_command_as_one_string_still_works(class_a: Any, api: Any) -> None:
+    """A string is a shell command line, run as typed (loops, pipes and quotes included)."""
     body = _job(class_a, command="python train.py --epochs 3")
     response = _json(api(class_a.world.bob), "post", "/api/v1/workloads/jobs/", body)
     assert response.status_code == 201
-    assert response.json()["command"] == ["python", "train.py", "--epochs", "3"]
+    assert response.json()["command"] == ["/bin/sh", "-c", "python train.py --epochs 3"]
 
 
 def test_it_refuses_too_many_env_variables(class_a: Any, api: Any) -> None:
