@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tenants.models import Membership
+from tests.tenants.campus import signed_in_as
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -171,11 +172,6 @@ def sign_in_at_cas(client: Client, cas: CASServer) -> str:
     back = urlsplit(at_cas.headers["Location"])
     assert (back.netloc, back.path) == ("testserver", "/cas/login/")
     return f"{back.path}?{back.query}"
-
-
-def signed_in_as(client: Client) -> str | None:
-    me = client.get("/api/v1/users/me/")
-    return me.json()["username"] if me.status_code == 200 else None
 
 
 def test_the_sign_in_page_shows_the_cas_button_only_when_cas_is_on(

@@ -16,6 +16,7 @@ from django.test import Client
 
 from tenants.models import Membership
 from tests.tenants import directory
+from tests.tenants.campus import signed_in_as
 
 pytestmark = [
     pytest.mark.skipif(bool(directory.missing()), reason=directory.missing() or ""),
@@ -57,11 +58,6 @@ def campus_ldap(slapd: directory.Directory, settings: Any, world: Any) -> Any:
 
 def sign_in(client: Client, username: str, password: str) -> Any:
     return client.post("/login/", {"username": username, "password": password})
-
-
-def signed_in_as(client: Client) -> str | None:
-    me = client.get("/api/v1/users/me/")
-    return me.json()["username"] if me.status_code == 200 else None
 
 
 def test_the_sign_in_page_offers_the_campus_account_only_when_ldap_is_on(
