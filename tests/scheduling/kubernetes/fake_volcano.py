@@ -155,9 +155,11 @@ class FakeVolcano:
                     continue
                 namespace, pod_name = key
                 log = self.workdir / f"{namespace}-{pod_name}.log"
+                # Poll before reading: a process that exits between a read and the poll would
+                # otherwise be finished with the log as it was before its last write.
+                code = process.poll()
                 with contextlib.suppress(FileNotFoundError):
                     self.api.logs[key] = log.read_bytes()
-                code = process.poll()
                 if code is None:
                     continue
                 del self.processes[key]
