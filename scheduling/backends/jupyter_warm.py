@@ -66,6 +66,14 @@ class WarmKernelManager(AsyncMappingKernelManager):
             return None
         finally:
             client.stop_channels()
+        kernel = self.get_kernel(kernel_id)
+        if getattr(kernel, "execution_state", None) == "starting":
+            # The server learns a kernel's state from its IOPub "status" messages, and the
+            # "idle" after the kernel_info reply can be published before the server's own
+            # subscription has joined (ZeroMQ's slow joiner): the kernel would then be
+            # listed as "starting" until it next does something, and the workload would stay
+            # Starting with a kernel that answers. It has just answered: it is idle.
+            kernel.execution_state = "idle"
         self._warm_id = kernel_id
         self.log.info("warm kernel %s is ready", kernel_id)
         return kernel_id

@@ -21,6 +21,7 @@ import http.client
 import importlib.util
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -82,6 +83,10 @@ APP_NAMES = {
 }
 DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
 WARM_KERNELS = Path(__file__).with_name("jupyter_warm.py")  # a Jupyter config file
+# The start-up CPU boost of interactive apps (docs/local-backend.md#start-up-cpu-boost).
+DEFAULT_STARTUP_CPU_MILLI = 2000
+DEFAULT_STARTUP_BOOST_SECONDS = 30.0
+STARTUP_BOOST_MAX_SECONDS = 180.0
 MODEL_SERVER = Path(__file__).with_name("model_server.py")
 SERVING_APP = "model-server"  # the template kind of serving workloads
 DESKTOP_PROGRAMS = ("Xvnc", "xauth")
@@ -180,6 +185,8 @@ class LocalBackend:
         pycharm_home: str | None = None,
         serving_python: str | None = None,
         warm_kernel: bool = True,
+        startup_cpu_milli: int = DEFAULT_STARTUP_CPU_MILLI,
+        startup_boost_seconds: float = DEFAULT_STARTUP_BOOST_SECONDS,
     ) -> None:
         if sandbox not in _sandbox.SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {_sandbox.SANDBOX_MODES}, not {sandbox!r}")
@@ -188,6 +195,10 @@ class LocalBackend:
         self.sandbox_mode = sandbox
         # JupyterLab starts one kernel ahead and is Running once it answers (jupyter_warm.py).
         self.warm_kernel = warm_kernel
+        # An interactive app starts with its CPU cap raised to this (never lowered below its
+        # size) and keeps it for startup_boost_seconds after it first answers; 0: off.
+        self.startup_cpu_milli = max(0, int(startup_cpu_milli))
+        self.startup_boost_seconds = max(0.0, float(startup_boost_seconds))
         self.sandbox_network = sandbox_network
         self.pids_max = pids_max
         self.cgroup_parent = cgroup_parent
@@ -580,12 +591,16 @@ class LocalBackend:
         resources = spec.resources
         if cgroups is not None:
             name = f"quanta-{_root_tag(self.root)}-{spec.workload_id}-{spec.attempt}-{index}"
+            boost = self.startup_cpu_milli if spec.kind == "notebook" else 0
+            if boost > resources.cpu_milli:
+                state["cpu_boost"] = {"cpu_milli": resources.cpu_milli, "cap_milli": boost}
             try:
                 directories = cgroups.create(
                     name,
                     cpu_milli=resources.cpu_milli,
                     memory_mib=resources.memory_mib,
                     pids_max=self.pids_max,
+                    cpu_cap_milli=boost or None,
                 )
             except OSError as error:
                 self._kill_tasks(state, signal.SIGKILL)
@@ -896,6 +911,7 @@ class LocalBackend:
         outcome = state.get("outcome")
         if outcome:
             return _observation(workload_id, attempt, outcome, state)
+        self._end_boost_if_due(state, now)
         tasks = state["tasks"]
         if len(tasks) < int(state.get("workers", 1)):
             # The portal died halfway through a submit: a partial gang must not run.
@@ -929,6 +945,24 @@ class LocalBackend:
         state["outcome"] = outcome
         self._sweep(state, now)
         return _observation(workload_id, attempt, outcome, state)
+
+    @staticmethod
+    def _end_boost_if_due(state: dict[str, Any], now: float) -> None:
+        """Lower a start-up boost to the size's cap once it is due: ``startup_boost_seconds``
+        after the app first answered, or ``STARTUP_BOOST_MAX_SECONDS`` after the start for
+        one that never does (and at once for one being stopped)."""
+        boost = state.get("cpu_boost")
+        if not boost or boost.get("ended_at"):
+            return
+        ends_at = min(
+            float(boost.get("ends_at") or math.inf),
+            float(state["started_at"]) + STARTUP_BOOST_MAX_SECONDS,
+        )
+        if now < ends_at and state.get("stop_requested_at") is None:
+            return
+        for task in state["tasks"]:
+            _sandbox.set_cpu_cap(task.get("cgroups") or (), int(boost["cpu_milli"]))
+        boost["ended_at"] = now
 
     def _job_outcome(
         self,
@@ -1024,6 +1058,8 @@ class LocalBackend:
             return Observation(
                 workload_id, Phase.STARTING, R.WAITING_FOR_SERVER_ANSWER(), attempt=attempt
             )
+        if not state.get("ready") and state.get("cpu_boost"):
+            state["cpu_boost"]["ends_at"] = time.time() + self.startup_boost_seconds
         state["ready"] = True
         if isinstance(status.get("last_activity"), str):
             state["last_activity"] = status["last_activity"]

@@ -34,7 +34,11 @@ def get_backend(cluster: Cluster) -> Backend:
 def _build(cluster: Cluster) -> Backend:
     config: dict[str, Any] = cluster.config or {}
     if cluster.backend == BackendKind.LOCAL:
-        from scheduling.backends.local import LocalBackend
+        from scheduling.backends.local import (
+            DEFAULT_STARTUP_BOOST_SECONDS,
+            DEFAULT_STARTUP_CPU_MILLI,
+            LocalBackend,
+        )
 
         gpus = config.get("gpus")
         return LocalBackend(
@@ -56,6 +60,10 @@ def _build(cluster: Cluster) -> Backend:
             pycharm_home=settings.PYCHARM_HOME,
             serving_python=settings.SERVING_PYTHON,
             warm_kernel=bool(config.get("warm_kernel", True)),
+            startup_cpu_milli=int(config.get("startup_cpu_milli", DEFAULT_STARTUP_CPU_MILLI)),
+            startup_boost_seconds=float(
+                config.get("startup_boost_seconds", DEFAULT_STARTUP_BOOST_SECONDS)
+            ),
         )
     if cluster.backend == BackendKind.SIMULATED:
         from scheduling.backends.simulated import DEFAULT_MIX, SimulatedBackend

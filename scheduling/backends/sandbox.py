@@ -220,9 +220,19 @@ class Cgroups:
     parents: Mapping[str, Path] = field(default_factory=dict)
 
     def create(
-        self, name: str, *, cpu_milli: int, memory_mib: int, pids_max: int
+        self,
+        name: str,
+        *,
+        cpu_milli: int,
+        memory_mib: int,
+        pids_max: int,
+        cpu_cap_milli: int | None = None,
     ) -> tuple[str, ...]:
-        """Make the cgroup(s) of one task with its limits; their directories."""
+        """Make the cgroup(s) of one task with its limits; their directories. The CPU weight
+        always follows ``cpu_milli`` (its share when CPUs are contended, as the kubelet maps a
+        request); the cap is ``cpu_cap_milli`` where given (a start-up boost, lowered to
+        ``cpu_milli`` later with :func:`set_cpu_cap`)."""
+        cap = max(cpu_milli, cpu_cap_milli or 0)
         made: list[str] = []
         try:
             if self.version == 2:
@@ -233,7 +243,9 @@ class Cgroups:
                 with contextlib.suppress(OSError):
                     _write(directory / "memory.swap.max", "0")
                 _write(directory / "pids.max", str(pids_max))
-                _write(directory / "cpu.max", f"{_quota(cpu_milli)} {CFS_PERIOD_US}")
+                _write(directory / "cpu.max", f"{_quota(cap)} {CFS_PERIOD_US}")
+                with contextlib.suppress(OSError):
+                    _write(directory / "cpu.weight", str(_weight(cpu_milli)))
                 return tuple(made)
             for controller, parent in self.parents.items():
                 directory = parent / name
@@ -251,15 +263,58 @@ class Cgroups:
                     _write(directory / "pids.max", str(pids_max))
                 elif controller == "cpu":
                     _write(directory / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-                    _write(directory / "cpu.cfs_quota_us", str(_quota(cpu_milli)))
+                    _write(directory / "cpu.cfs_quota_us", str(_quota(cap)))
+                    with contextlib.suppress(OSError):
+                        _write(directory / "cpu.shares", str(_shares(cpu_milli)))
         except OSError:
             remove(made)
             raise
         return tuple(made)
 
 
+def set_cpu_cap(directories: Iterable[str], cpu_milli: int) -> bool:
+    """Set the CPU cap of a task's cgroup(s) (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); False
+    where none was written (the cgroup is gone)."""
+    written = False
+    for directory in directories:
+        path = Path(directory)
+        with contextlib.suppress(OSError):
+            if (path / "cpu.max").exists():
+                _write(path / "cpu.max", f"{_quota(cpu_milli)} {CFS_PERIOD_US}")
+                written = True
+            elif (path / "cpu.cfs_quota_us").exists():
+                _write(path / "cpu.cfs_quota_us", str(_quota(cpu_milli)))
+                written = True
+    return written
+
+
+def cpu_cap_milli(directories: Iterable[str]) -> int | None:
+    """The CPU cap now in force, in millicores; None where there is none or it is unreadable."""
+    for directory in directories:
+        path = Path(directory)
+        with contextlib.suppress(OSError, ValueError):
+            if (path / "cpu.max").exists():
+                quota, period = (path / "cpu.max").read_text(encoding="ascii").split()
+                return None if quota == "max" else int(quota) * 1000 // int(period)
+            if (path / "cpu.cfs_quota_us").exists():
+                quota = int((path / "cpu.cfs_quota_us").read_text(encoding="ascii"))
+                period = int((path / "cpu.cfs_period_us").read_text(encoding="ascii"))
+                return None if quota < 0 else quota * 1000 // period
+    return None
+
+
 def _quota(cpu_milli: int) -> int:
     return max(1000, cpu_milli * CFS_PERIOD_US // 1000)
+
+
+def _shares(cpu_milli: int) -> int:
+    """cgroup v1 ``cpu.shares`` for a request, as the kubelet computes it (1,024 per core)."""
+    return max(2, min(262_144, cpu_milli * 1024 // 1000))
+
+
+def _weight(cpu_milli: int) -> int:
+    """cgroup v2 ``cpu.weight`` for a request: the kubelet's mapping of shares onto 1..10,000."""
+    return 1 + (_shares(cpu_milli) - 2) * 9999 // 262_142
 
 
 def _write(path: Path, value: str) -> None:

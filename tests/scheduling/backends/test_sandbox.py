@@ -288,6 +288,50 @@ def test_cpu_memory_and_pids_limits_are_written_to_the_tasks_cgroup(
         assert not Path(directory).exists()
 
 
+def test_an_environment_starts_on_more_cpu_and_is_lowered_to_its_size_once_it_answers(
+    portal: Path,
+) -> None:
+    """The start-up boost: JupyterLab on a ½-CPU size starts with its cap at 2 cores (its
+    weight stays that of ½ CPU, so a contended host still shares by size), and is capped at
+    its size again a set time after it first answers. A job is never boosted."""
+    need_bwrap()
+    need_cgroups()
+    backend = LocalBackend(
+        portal / "workloads", node_name="test-node", gpus=(), stop_grace_seconds=GRACE,
+        startup_cpu_milli=2000, startup_boost_seconds=0.5,
+    )  # fmt: skip
+    workload_id = str(uuid.uuid4())
+    spec = WorkloadSpec(
+        workload_id=workload_id, kind="notebook", app="jupyter", owner="alice",
+        base_url=f"/nb/{workload_id}/", working_dir=str(portal / "homes" / "alice"),
+        resources=Resources(cpu_milli=500, memory_mib=1024),
+    )  # fmt: skip
+    handle = backend.submit(spec)
+    directories = handle.state["tasks"][0]["cgroups"]
+    assert sandbox.cpu_cap_milli(directories) == 2000
+    weights = [
+        (Path(d) / name).read_text().strip()
+        for d in directories
+        for name in ("cpu.weight", "cpu.shares")
+        if (Path(d) / name).exists()
+    ]
+    assert weights and weights[0] in ("512", str(sandbox._weight(500)))
+    wait_for(backend, handle, Phase.RUNNING, timeout=90)
+    assert sandbox.cpu_cap_milli(directories) == 2000  # still starting its first page
+    deadline = time.monotonic() + 10
+    while sandbox.cpu_cap_milli(directories) != 500:
+        assert time.monotonic() < deadline, "the boost was never lowered"
+        time.sleep(0.2)
+        backend.observe([handle])
+    the_job = backend.submit(
+        job("alice", portal, "sleep 300", resources=Resources(cpu_milli=500, memory_mib=64))
+    )
+    assert sandbox.cpu_cap_milli(the_job.state["tasks"][0]["cgroups"]) == 500
+    for h in (handle, the_job):
+        backend.stop(h)
+        wait_for(backend, h, Phase.STOPPED, timeout=GRACE + 10)
+
+
 def test_cgroup_v2_where_the_host_has_it(portal: Path) -> None:
     unified = next((Path(p) for p, kind, _ in sandbox._mounts() if kind == "cgroup2"), None)
     if unified is None:
