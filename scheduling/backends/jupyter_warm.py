@@ -73,7 +73,7 @@ class WarmKernelManager(AsyncMappingKernelManager):
             # subscription has joined (ZeroMQ's slow joiner): the kernel would then be
             # listed as "starting" until it next does something, and the workload would stay
             # Starting with a kernel that answers. It has just answered: it is idle.
-            kernel.execution_state = "idle"
+            kernel.execution_state = "idle"  # type: ignore[attr-defined]
         self._warm_id = kernel_id
         self.log.info("warm kernel %s is ready", kernel_id)
         return kernel_id

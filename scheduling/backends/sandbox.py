@@ -294,12 +294,12 @@ def cpu_cap_milli(directories: Iterable[str]) -> int | None:
         path = Path(directory)
         with contextlib.suppress(OSError, ValueError):
             if (path / "cpu.max").exists():
-                quota, period = (path / "cpu.max").read_text(encoding="ascii").split()
-                return None if quota == "max" else int(quota) * 1000 // int(period)
+                limit, period = (path / "cpu.max").read_text(encoding="ascii").split()
+                return None if limit == "max" else int(limit) * 1000 // int(period)
             if (path / "cpu.cfs_quota_us").exists():
                 quota = int((path / "cpu.cfs_quota_us").read_text(encoding="ascii"))
-                period = int((path / "cpu.cfs_period_us").read_text(encoding="ascii"))
-                return None if quota < 0 else quota * 1000 // period
+                length = int((path / "cpu.cfs_period_us").read_text(encoding="ascii"))
+                return None if quota < 0 else quota * 1000 // length
     return None
 
 
