@@ -401,6 +401,23 @@ def test_a_notebook_runs_jupyterlab_that_answers_only_with_its_token(
     assert get(endpoint.url + "api/status", {"Authorization": "token wrong"})[0] in (401, 403)
 
 
+def test_a_notebook_page_loads_without_work_nobody_asked_for(
+    notebook: tuple[LocalBackend, Handle],
+) -> None:
+    """What a page load costs the workload's share of a CPU: no "build needed?" check (the
+    install is read-only to the student), no language-server discovery (none ships)."""
+    backend, handle = notebook
+    endpoint = backend.endpoint(handle)
+    assert endpoint is not None
+    status, page = get(endpoint.url + "lab", dict(endpoint.headers))
+    assert status == 200
+    found = re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S)
+    assert found, page[:500]
+    config = json.loads(found.group(1))
+    assert (config["buildCheck"], config["buildAvailable"]) == (False, False)
+    assert get(endpoint.url + "lsp/status", dict(endpoint.headers))[0] == 404
+
+
 def test_a_running_notebook_has_an_idle_kernel_that_its_first_notebook_takes(
     notebook: tuple[LocalBackend, Handle],
 ) -> None:
