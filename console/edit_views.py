@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -123,9 +124,12 @@ def _form_page(
     section: str,
     back: str,
     saved: str,
+    delete_url: str = "",
+    delete_question: str = "",
 ) -> HttpResponse:
     """Show ``form``; on a valid POST hand the fields (all on create, the changed ones on
-    edit) to ``save`` (a service call), its ValidationError becoming form errors."""
+    edit) to ``save`` (a service call), its ValidationError becoming form errors. With
+    ``delete_url`` the page has a Delete button that asks ``delete_question`` first."""
     if request.method == "POST" and form.is_valid():
         names = form.changed_data if form.instance.pk else list(form.cleaned_data)
         try:
@@ -139,8 +143,29 @@ def _form_page(
     return render(
         request,
         "console/edit_form.html",
-        {**console_context(request, section), "form": form, "title": title, "back": back},
+        {
+            **console_context(request, section),
+            "form": form,
+            "title": title,
+            "back": back,
+            "delete_url": delete_url,
+            "delete_question": delete_question,
+        },
     )
+
+
+def _delete(
+    request: HttpRequest, delete: Callable[[], None], *, edit: str, deleted: str
+) -> HttpResponse:
+    """Call ``delete`` (a service call); a refusal (still in use) goes back to the edit page
+    with the service's sentence, a delete to the queues page."""
+    try:
+        delete()
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect(edit)
+    messages.success(request, deleted)
+    return redirect("console-queues")
 
 
 # --- Queues and priority classes ---------------------------------------------------------------
@@ -177,6 +202,24 @@ def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
         section="queues",
         back="console-queues",
         saved=_("Queue %(name)s saved."),
+        delete_url=reverse("console-queue-delete", args=[queue.pk]),
+        delete_question=_(
+            "Delete the queue %(name)s? New work of its tenants then goes to the queue of "
+            "a tenant above them, or to the default queue."
+        )
+        % {"name": queue.name},
+    )
+
+
+@superuser_required
+@require_POST
+def queue_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    queue = get_object_or_404(Queue, pk=pk)
+    return _delete(
+        request,
+        lambda: scheduling_services.delete_queue(actor=request.user, queue=queue),
+        edit=reverse("console-queue-edit", args=[queue.pk]),
+        deleted=_("Queue %(name)s deleted.") % {"name": queue.name},
     )
 
 
@@ -213,6 +256,22 @@ def priority_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
         section="queues",
         back="console-queues",
         saved=_("Priority class %(name)s saved."),
+        delete_url=reverse("console-priority-delete", args=[priority_class.pk]),
+        delete_question=_("Delete the priority class %(name)s?") % {"name": priority_class.name},
+    )
+
+
+@superuser_required
+@require_POST
+def priority_class_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    priority_class = get_object_or_404(PriorityClass, pk=pk)
+    return _delete(
+        request,
+        lambda: scheduling_services.delete_priority_class(
+            actor=request.user, priority_class=priority_class
+        ),
+        edit=reverse("console-priority-edit", args=[priority_class.pk]),
+        deleted=_("Priority class %(name)s deleted.") % {"name": priority_class.name},
     )
 
 

@@ -12,9 +12,15 @@ urlpatterns = [
     path("queues/", cluster_views.queues, name="console-queues"),
     path("queues/new/", edit_views.queue_new, name="console-queue-new"),
     path("queues/<int:pk>/", edit_views.queue_edit, name="console-queue-edit"),
+    path("queues/<int:pk>/delete/", edit_views.queue_delete, name="console-queue-delete"),
     path("priority-classes/new/", edit_views.priority_class_new, name="console-priority-new"),
     path(
         "priority-classes/<int:pk>/", edit_views.priority_class_edit, name="console-priority-edit"
+    ),
+    path(
+        "priority-classes/<int:pk>/delete/",
+        edit_views.priority_class_delete,
+        name="console-priority-delete",
     ),
     path("tenants/", views.tenant_tree, name="console-tenants"),
     path("tenants/<slug:slug>/quota/", views.quota_edit, name="console-quota"),

@@ -38,8 +38,15 @@ from prometheus_client.registry import Collector
 
 from billing.models import UsageInterval
 from core.metrics import HTTP_REQUEST_SECONDS, HTTP_REQUESTS, LAUNCH_TO_RUNNING_SECONDS
-from scheduling.models import Allocation, Cluster, GpuDevice, GpuSample, Node, Queue
-from workloads.admission import DEFAULT_QUEUE
+from scheduling.models import (
+    DEFAULT_QUEUE,
+    Allocation,
+    Cluster,
+    GpuDevice,
+    GpuSample,
+    Node,
+    Queue,
+)
 from workloads.choices import ACTIVE, WAITING, State, WorkloadKind
 from workloads.lifecycle import Transition
 from workloads.models import Workload

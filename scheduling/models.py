@@ -177,6 +177,10 @@ class Allocation(models.Model):
         return f"{self.workload_id} task {self.task} on {where}"
 
 
+# Where work goes that no queue names (its tenant's or an ancestor's); Volcano's name too.
+DEFAULT_QUEUE = "default"
+
+
 class Queue(models.Model):
     """A share of a cluster (Volcano's Queue): weight for the deserved share, capability as
     the hard cap, reclaimable when others may take back what it borrowed above its share."""

@@ -11,6 +11,7 @@ exists, not a person's change, and keeps an admin's cordon as it finds it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -18,7 +19,7 @@ from django.db import models, transaction
 from django.utils.translation import gettext as _
 
 from core.audit import record
-from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from scheduling.models import DEFAULT_QUEUE, Cluster, GpuDevice, Node, PriorityClass, Queue
 
 M = TypeVar("M", bound=models.Model)
 
@@ -27,6 +28,32 @@ CAPABILITY_KEYS = ("gpus", "cpu_milli", "memory_mib", "gpu_memory_mib")
 PRIORITY_RANGE = (-1_000_000, 1_000_000_000)
 NODE_FIELDS = ("labels", "taints")
 GPU_DEVICE_FIELDS = ("sharing", "mig_profiles")
+
+
+# What uses a queue or a priority class is mostly above this layer (workloads, grants), so
+# those apps register checks in their AppConfig.ready(): each returns why the object cannot be
+# deleted now, or "" when nothing of theirs uses it.
+QueueInUse = Callable[[Queue], str]
+PriorityClassInUse = Callable[[PriorityClass], str]
+_queue_in_use: list[QueueInUse] = []
+_priority_class_in_use: list[PriorityClassInUse] = []
+
+
+def register_queue_in_use(check: QueueInUse) -> None:
+    if check not in _queue_in_use:
+        _queue_in_use.append(check)
+
+
+def register_priority_class_in_use(check: PriorityClassInUse) -> None:
+    if check not in _priority_class_in_use:
+        _priority_class_in_use.append(check)
+
+
+def _refuse_if_used(instance: M, checks: list[Callable[[M], str]]) -> None:
+    for check in checks:
+        why = check(instance)
+        if why:
+            raise ValidationError(why)
 
 
 # --- Shared shape of create / update / delete -------------------------------------------------
@@ -248,6 +275,23 @@ def update_queue(*, actor: Any, queue: Queue, **changes: Any) -> Queue:
 
 @transaction.atomic
 def delete_queue(*, actor: Any, queue: Queue) -> None:
+    """Refused while something still goes to the queue: it is the cluster's default queue,
+    the parent of other queues, or has workloads that have not finished."""
+    if queue.name == DEFAULT_QUEUE:
+        raise ValidationError(
+            _(
+                "Queue %(name)s is the cluster's default queue: work that no other queue "
+                "takes goes there. It cannot be deleted."
+            )
+            % {"name": queue.name}
+        )
+    children = list(queue.children.order_by("name").values_list("name", flat=True))
+    if children:
+        raise ValidationError(
+            _("Queue %(name)s is the parent of %(children)s: move or delete those first.")
+            % {"name": queue.name, "children": ", ".join(children)}
+        )
+    _refuse_if_used(queue, _queue_in_use)
     _delete(queue, actor=actor)
 
 
@@ -277,4 +321,6 @@ def update_priority_class(
 
 @transaction.atomic
 def delete_priority_class(*, actor: Any, priority_class: PriorityClass) -> None:
+    """Refused while grants give it or waiting or running workloads have its priority."""
+    _refuse_if_used(priority_class, _priority_class_in_use)
     _delete(priority_class, actor=actor)

@@ -50,7 +50,7 @@ from scheduling.core.model import Resources as CoreResources
 from scheduling.core.scheduler import Snapshot
 from scheduling.core.scheduler import schedule as run_session
 from scheduling.inventory import free_nodes, queue_resolver
-from scheduling.models import Allocation, Cluster, Node
+from scheduling.models import DEFAULT_QUEUE, Allocation, Cluster, Node
 from scheduling.models import Queue as QueueRow
 from scheduling.placement import (
     FreeDevice,
@@ -74,8 +74,6 @@ from workloads.reasons import stored
 from workloads.specs import quota_request_for, resources_for
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_QUEUE = "default"
 
 
 @dataclass

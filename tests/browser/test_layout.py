@@ -1,8 +1,9 @@
 """Pages hold up with long and Chinese names: a workload named with 600 unbroken characters
 and one named in Chinese, in classes named so too, render within the viewport at 1,366 × 768
 and on a phone (390 × 844), in English and in Chinese: the document is never wider than the
-window, headings and tables stay inside it, state badges and buttons stay on one line, and at
-1,366 px "Sign out" sits on the line of the brand."""
+window, headings and tables stay inside it, state badges and buttons stay on one line, at
+1,366 px "Sign out" sits on the line of the brand, and on the phone the top bar takes two rows
+at most."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ CHINESE = "深度学习课程第三次实验：卷积神经网络图像分类训
 SIZES = {"desktop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 # People and work of these tests only (the demo's people keep their language and classes):
-# a teacher and an admin per language, one student, two classes, two finished jobs.
+# a teacher, an admin and a student per language, two classes, two finished jobs.
 SETUP = """
 import datetime as dt, json
 from django.utils import timezone
@@ -43,7 +44,7 @@ for name, extra in [("layout-t-en", {}), ("layout-t-zh", {"language": "zh-hans"}
                     ("layout-a-en", {"is_superuser": True, "is_staff": True}),
                     ("layout-a-zh", {"is_superuser": True, "is_staff": True,
                                      "language": "zh-hans"}),
-                    ("layout-s", {})]:
+                    ("layout-s", {}), ("layout-s-zh", {"language": "zh-hans"})]:
     people[name] = User.objects.create_user(username=name, password=PASSWORD, **extra)
 cluster = Cluster.objects.get(slug="local")
 flavor = Flavor.objects.filter(is_active=True).order_by("gpus", "cpu_milli").first()
@@ -55,13 +56,14 @@ for key, slug, title in [("long", "layout-long", LONG), ("zh", "layout-zh", CHIN
     Tenant.objects.filter(pk=klass.pk).update(name=title)  # past the form's 200 characters
     for teacher in ("layout-t-en", "layout-t-zh"):
         services.set_membership(actor=admin, tenant=klass, user=people[teacher], role=Role.TEACHER)
-    services.set_membership(actor=admin, tenant=klass, user=people["layout-s"], role=Role.STUDENT)
+    for student in ("layout-s", "layout-s-zh"):
+        services.set_membership(actor=admin, tenant=klass, user=people[student], role=Role.STUDENT)
     made[key] = str(Workload.objects.create(
         kind=WorkloadKind.JOB, name=title, owner=people["layout-s"], tenant=klass, cluster=cluster,
         flavor=flavor, state=State.STOPPED, started_at=now - dt.timedelta(hours=2),
         finished_at=now - dt.timedelta(hours=1), reason=title,
     ).pk)
-User.objects.filter(pk=people["layout-s"].pk).update(display_name=CHINESE)
+User.objects.filter(username__startswith="layout-s").update(display_name=CHINESE)
 print("LAYOUT " + json.dumps(made))
 """
 
@@ -151,6 +153,33 @@ def test_sign_out_stays_on_the_brands_line_at_1366_px(
     more.locator("summary").click()
     admin.locator("header details.nav-more a[href='/datasets/']").click()
     admin.wait_for_url("**/datasets/")
+
+
+@pytest.mark.parametrize(
+    ("username", "language"),
+    [("layout-s", "en"), ("layout-s-zh", "zh"), ("layout-a-en", "en"), ("layout-a-zh", "zh")],
+)
+def test_the_top_bar_takes_at_most_two_rows_on_a_phone(
+    sign_in: SignIn, layout: dict[str, str], username: str, language: str
+) -> None:
+    # A student (with a long Chinese name) and an admin (who has the Console link).
+    page = sign_in(username, next="/", viewport=SIZES["desktop"])
+    assert page.locator("html").get_attribute("lang") == ("en" if language == "en" else "zh-hans")
+    one_row = page.locator("header.topbar").bounding_box()
+    assert one_row
+    page.set_viewport_size(SIZES["phone"])
+    header = page.locator("header.topbar").bounding_box()
+    assert header
+    # Two rows share the bar's padding: under twice one row's height; three are well over it.
+    assert header["height"] <= 2 * one_row["height"], (header, one_row)
+    brand = page.locator("header .brand").bounding_box()
+    out = page.locator("header [data-role=sign-out]").bounding_box()
+    assert brand and out
+    assert abs((brand["y"] + brand["height"] / 2) - (out["y"] + out["height"] / 2)) < 8
+    assert out["x"] >= 0 and out["x"] + out["width"] <= SIZES["phone"]["width"]
+    more = page.locator("header details.nav-more summary").bounding_box()
+    assert more and more["x"] + more["width"] <= SIZES["phone"]["width"]
+    assert more["y"] + more["height"] <= header["y"] + header["height"]
 
 
 def test_a_phone_reaches_every_page_from_the_menu(sign_in: SignIn, layout: dict[str, str]) -> None:

@@ -18,6 +18,7 @@ from django.utils import translation
 
 from core.reasons import plain
 from scheduling import reasons as S
+from scheduling.models import Cluster, PriorityClass, Queue
 from tenants import reasons as T
 from workloads import reasons as W
 from workloads import services
@@ -407,6 +408,42 @@ def test_the_console_in_chinese(world, catalog, chinese) -> None:
         chinese=["租户与配额", "编辑配额", "学校", "院系"],
         not_english=["Edit quota", "Per member"],
     )
+
+
+def test_deleting_queues_and_priority_classes_reads_in_chinese(world, catalog, chinese) -> None:
+    cluster = Cluster.objects.create(name="Queues", slug="queues", backend="local")
+    default = Queue.objects.create(cluster=cluster, name="default")
+    research = Queue.objects.create(cluster=cluster, name="research")
+    research.tenants.set([world.class_a])
+    big = Queue.objects.create(cluster=cluster, name="big")
+    small = Queue.objects.create(cluster=cluster, name="small", parent=big)
+    running = {"kind": "job", "name": "train", "owner": world.bob, "tenant": world.class_a}
+    Workload.objects.create(**running, cluster=cluster, flavor=catalog.small, state=State.RUNNING)
+    exam = PriorityClass.objects.create(name="exam", value=1000)
+    catalog.grant.priority_class = exam
+    catalog.grant.save()
+    night = PriorityClass.objects.create(name="night", value=50)
+    Workload.objects.create(
+        **running, cluster=cluster, flavor=catalog.small, state=State.PENDING, priority=50
+    )
+    client = chinese(world.root)
+    shows(
+        get_page(client, f"/console/queues/{research.pk}/"),
+        chinese=["删除队列 research？", ">删除</button>"],
+        not_english=["Delete the queue", ">Delete</button>"],
+    )
+    refused = [
+        (f"/console/queues/{default.pk}/delete/", "队列 default 是集群的默认队列"),
+        (f"/console/queues/{big.pk}/delete/", "队列 big 是 small 的上级队列"),
+        (f"/console/queues/{research.pk}/delete/", "队列 research 还有 2 个未结束的工作负载"),
+        (f"/console/priority-classes/{exam.pk}/delete/", "有 1 个授权使用优先级 exam"),
+        (f"/console/priority-classes/{night.pk}/delete/", "工作负载使用优先级 night"),
+        (f"/console/queues/{small.pk}/delete/", "队列 small 已删除。"),
+    ]
+    for url, text in refused:
+        html = client.post(url, follow=True).content.decode()
+        shows(html, chinese=[text], not_english=["Queue ", "Priority class "])
+    assert Queue.objects.count() == 3 and PriorityClass.objects.count() == 2
 
 
 def test_english_stays_english(world, catalog, client) -> None:

@@ -173,3 +173,59 @@ def test_a_retired_image_is_not_taken_up_by_another_template(world, catalog) -> 
     retired = Image.objects.create(name="Old", slug="old", is_active=False)
     with pytest.raises(ValidationError, match="retired"):
         catalog_services.update_template(actor=world.root, template=catalog.jupyter, image=retired)
+
+
+def test_an_admin_deletes_an_unused_queue_and_priority_class_on_their_pages(
+    world, lab, signed_in
+) -> None:
+    queue = Queue.objects.create(cluster=lab, name="research")
+    priority = PriorityClass.objects.create(name="exam", value=1000)
+    client = signed_in(world.root)
+    page = client.get(f"/console/queues/{queue.pk}/").content.decode()
+    assert f'action="/console/queues/{queue.pk}/delete/"' in page
+    assert 'data-confirm="Delete the queue research?' in page
+    response = client.post(f"/console/queues/{queue.pk}/delete/")
+    assert response.status_code == 302 and response["Location"] == "/console/queues/"
+    assert "Queue research deleted." in client.get("/console/queues/").content.decode()
+    assert not Queue.objects.exists()
+    page = client.get(f"/console/priority-classes/{priority.pk}/").content.decode()
+    assert 'data-confirm="Delete the priority class exam?"' in page
+    response = client.post(f"/console/priority-classes/{priority.pk}/delete/")
+    assert response.status_code == 302
+    assert not PriorityClass.objects.exists()
+    actions = set(AuditEvent.objects.filter(actor=world.root).values_list("action", flat=True))
+    assert {"queue.delete", "priorityclass.delete"} <= actions
+
+
+def test_a_queue_in_use_is_refused_on_the_page_with_the_reason(world, lab, signed_in) -> None:
+    parent = Queue.objects.create(cluster=lab, name="research")
+    Queue.objects.create(cluster=lab, name="nlp", parent=parent)
+    client = signed_in(world.root)
+    response = client.post(f"/console/queues/{parent.pk}/delete/", follow=True)
+    assert response.redirect_chain == [(f"/console/queues/{parent.pk}/", 302)]
+    assert "Queue research is the parent of nlp: move or delete those first." in (
+        response.content.decode()
+    )
+    assert Queue.objects.count() == 2
+    assert not AuditEvent.objects.filter(action="queue.delete").exists()
+
+
+def test_outsiders_and_a_get_delete_nothing(world, lab, signed_in) -> None:
+    queue = Queue.objects.create(cluster=lab, name="research")
+    priority = PriorityClass.objects.create(name="exam", value=1000)
+    urls = [
+        f"/console/queues/{queue.pk}/delete/",
+        f"/console/priority-classes/{priority.pk}/delete/",
+    ]
+    for user in (world.alice, world.bob, world.charlie, world.dean):
+        client = signed_in(user)
+        for url in urls:
+            assert client.post(url).status_code == 403, (user, url)
+            assert client.get(url).status_code == 403, (user, url)
+    root = signed_in(world.root)
+    for url in urls:
+        assert root.get(url).status_code == 405, url
+    assert root.post("/console/queues/999999/delete/").status_code == 404
+    assert Queue.objects.filter(pk=queue.pk).exists()
+    assert PriorityClass.objects.filter(pk=priority.pk).exists()
+    assert not AuditEvent.objects.filter(action__endswith=".delete").exists()

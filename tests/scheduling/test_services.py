@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from core.models import AuditEvent
 from scheduling import services
 from scheduling.models import Cluster, GpuDevice, Node, PriorityClass, Queue
+from workloads.choices import State
+from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 
 pytestmark = pytest.mark.django_db
 
@@ -194,3 +196,116 @@ def test_cluster_changes_are_checked_and_audited(world, cluster) -> None:
     assert {"cluster.create", "cluster.delete"} <= set(
         AuditEvent.objects.filter(actor=world.root).values_list("action", flat=True)
     )
+
+
+# --- Deleting a queue or a priority class that something still uses ---------------------------
+
+
+def unfinished_workload(world, cluster: Cluster, **fields: Any) -> Workload:
+    flavor, _ = Flavor.objects.get_or_create(
+        slug="cpu-1", defaults={"name": "1 CPU", "cpu_milli": 1000, "memory_mib": 1024}
+    )
+    values: dict[str, Any] = {
+        "kind": "job",
+        "name": "train",
+        "owner": world.bob,
+        "tenant": world.class_a,
+        "cluster": cluster,
+        "flavor": flavor,
+        "state": State.RUNNING,
+    }
+    return Workload.objects.create(**{**values, **fields})
+
+
+def test_an_unused_queue_is_deleted_with_an_audit_row(world, cluster) -> None:
+    queue = services.create_queue(
+        actor=world.root, cluster=cluster, name="teaching", tenants=[world.class_b]
+    )
+    unfinished_workload(world, cluster)  # class A's: it goes to the default queue
+    unfinished_workload(world, cluster, tenant=world.class_b, state=State.SUCCEEDED)
+    services.delete_queue(actor=world.root, queue=queue)
+    assert not Queue.objects.exists()
+    assert only_event("queue.delete").actor == world.root
+
+
+@pytest.mark.parametrize("state", [State.QUEUED, State.RUNNING, State.STOPPING])
+def test_a_queue_with_unfinished_work_is_refused_and_kept(world, cluster, state) -> None:
+    # The queue names the department: class A's work (below it) goes there.
+    queue = services.create_queue(
+        actor=world.root, cluster=cluster, name="teaching", tenants=[world.dept]
+    )
+    unfinished_workload(world, cluster, state=state)
+    with pytest.raises(ValidationError) as raised:
+        services.delete_queue(actor=world.root, queue=queue)
+    assert raised.value.messages == [
+        "Queue teaching has 1 workload that has not finished: wait for it to end or stop it first."
+    ]
+    assert Queue.objects.filter(pk=queue.pk).exists()
+    assert not AuditEvent.objects.filter(action="queue.delete").exists()
+
+
+def test_the_default_queue_and_a_parent_queue_are_refused(world, cluster) -> None:
+    default = services.create_queue(actor=world.root, cluster=cluster, name="default")
+    with pytest.raises(ValidationError, match="is the cluster's default queue"):
+        services.delete_queue(actor=world.root, queue=default)
+    parent = services.create_queue(actor=world.root, cluster=cluster, name="research")
+    services.create_queue(actor=world.root, cluster=cluster, name="nlp", parent=parent)
+    with pytest.raises(ValidationError) as raised:
+        services.delete_queue(actor=world.root, queue=parent)
+    assert raised.value.messages == [
+        "Queue research is the parent of nlp: move or delete those first."
+    ]
+    assert Queue.objects.count() == 3
+    assert not AuditEvent.objects.filter(action="queue.delete").exists()
+
+
+def test_the_api_refuses_a_queue_in_use_with_the_reason_and_keeps_it(world, cluster, api) -> None:
+    parent = services.create_queue(actor=world.root, cluster=cluster, name="research")
+    child = services.create_queue(actor=world.root, cluster=cluster, name="nlp", parent=parent)
+    response = api(world.root).delete(f"/api/v1/queues/{parent.pk}/")
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": ["Queue research is the parent of nlp: move or delete those first."]
+    }
+    assert api(world.charlie).delete(f"/api/v1/queues/{child.pk}/").status_code == 403
+    assert api(world.dean).delete(f"/api/v1/queues/{child.pk}/").status_code == 403
+    assert Queue.objects.count() == 2
+    assert api(world.root).delete(f"/api/v1/queues/{child.pk}/").status_code == 204
+    assert list(Queue.objects.values_list("name", flat=True)) == ["research"]
+
+
+def test_a_priority_class_a_grant_gives_is_refused(world, cluster, api) -> None:
+    exam = services.create_priority_class(actor=world.root, name="exam", value=1000)
+    flavor = Flavor.objects.create(name="1 CPU", slug="cpu-1", cpu_milli=1000, memory_mib=1024)
+    image = Image.objects.create(name="PyTorch", slug="pt")
+    template = AppTemplate.objects.create(
+        name="Jupyter", slug="jupyter", kind="jupyter", image=image, default_flavor=flavor
+    )
+    grant = Grant.objects.create(template=template, tenant=world.class_a, priority_class=exam)
+    response = api(world.root).delete(f"/api/v1/priority-classes/{exam.pk}/")
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": ["Priority class exam is given by 1 grant: choose another for it first."]
+    }
+    grant.refresh_from_db()
+    assert grant.priority_class == exam
+    assert not AuditEvent.objects.filter(action="priorityclass.delete").exists()
+
+
+def test_a_priority_class_of_waiting_work_is_refused_unless_another_has_its_value(
+    world, cluster
+) -> None:
+    exam = services.create_priority_class(actor=world.root, name="exam", value=1000)
+    unfinished_workload(world, cluster, state=State.PENDING, priority=1000)
+    with pytest.raises(ValidationError) as raised:
+        services.delete_priority_class(actor=world.root, priority_class=exam)
+    assert raised.value.messages == [
+        "Priority class exam is the priority of 1 waiting or running workload: wait for it to "
+        "end first."
+    ]
+    assert PriorityClass.objects.filter(pk=exam.pk).exists()
+    # Another class with the same value still names that priority on the cluster.
+    services.create_priority_class(actor=world.root, name="exam-2", value=1000)
+    services.delete_priority_class(actor=world.root, priority_class=exam)
+    assert list(PriorityClass.objects.values_list("name", flat=True)) == ["exam-2"]
+    assert only_event("priorityclass.delete").actor == world.root
