@@ -13,11 +13,13 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import VIEWPORT, Portal, running_portal
+from tests.browser.test_screenshots import shoot
 
 MINUTE = 60.0
 
@@ -42,7 +44,9 @@ def signed_in(chromium: Browser, portal: Portal, username: str) -> Page:
     return page
 
 
-def test_the_admins_gpu_chart_is_not_flat_within_a_minute(chromium: Browser, demo: Portal) -> None:
+def test_the_admins_gpu_chart_is_not_flat_within_a_minute(
+    chromium: Browser, demo: Portal, screenshots: Path
+) -> None:
     admin = signed_in(chromium, demo, "admin")
     values: list[float] = []
     while True:
@@ -60,6 +64,7 @@ def test_the_admins_gpu_chart_is_not_flat_within_a_minute(chromium: Browser, dem
     farm = admin.locator('[data-dashboard="admin-health"] tr[data-cluster="sim"]')
     expect(farm).to_contain_text("simulated")
     expect(admin.locator('[data-dashboard="admin-waiting"]')).to_be_visible()
+    shoot(admin, screenshots, "admin-home")  # the README's picture of an admin's home
 
 
 def test_a_student_runs_a_gpu_size_on_the_simulated_farm_beside_cpu_notebooks(
