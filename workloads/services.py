@@ -281,14 +281,15 @@ def cull_idle_gpus(now: dt.datetime | None = None) -> list[str]:
     now = now or timezone.now()
     grace = dt.timedelta(minutes=settings.GPU_CULL_GRACE_MINUTES)
     stopped = []
-    candidates = (
+    candidates = list(
         Workload.objects.filter(state=State.RUNNING, gpu_idle_percent__gt=0)
         .filter(Q(flavor__gpus__gt=0) | Q(flavor__gpu_milli__gt=0))
         .select_related("owner", "tenant")
     )
+    idle = utilisation.idle_since_many(candidates, now=now)  # each below its own percent
     for workload in candidates:
         percent, minutes = workload.gpu_idle_percent, workload.gpu_idle_minutes
-        since = utilisation.idle_since(workload, percent, now)
+        since = idle.get(str(workload.pk))
         warned = workload.gpu_warned_at
         if warned is not None and (since is None or since > warned):
             # Busy again since the warning (or no longer read): the warning no longer holds.
