@@ -40,7 +40,7 @@ from tenants import services as tenant_services
 from tenants.choices import Role, TenantKind
 from tenants.models import Membership, Tenant
 from workloads import services
-from workloads.choices import ACTIVE, TERMINAL, State, WorkloadKind
+from workloads.choices import ACTIVE, State, WorkloadKind
 from workloads.models import AppTemplate, Flavor, Grant, Image, Workload
 
 logger = logging.getLogger(__name__)
@@ -226,8 +226,9 @@ def tick(*, now: dt.datetime | None = None, rng: random.Random | None = None) ->
         assert session.started_at is not None
         if session.started_at + _lifetime(session) <= now:
             done["stopped"] += services.stop(actor=None, workload=session, reason="")
-    old = mine.filter(state__in=TERMINAL, finished_at__lt=now - KEEP_FINISHED)
-    done["pruned"] = old.delete()[1].get(Workload._meta.label, 0)
+    done["pruned"] = services.delete_finished(
+        actor=None, tenant=project, finished_before=now - KEEP_FINISHED
+    )
     done["class_sessions"] = _class_session(in_class)
     active = dict(
         mine.filter(state__in=ACTIVE).values_list("owner__username").annotate(n=Count("pk"))

@@ -5,7 +5,8 @@ For superusers only, like the API's writes."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import messages
@@ -23,6 +24,9 @@ from scheduling import services as scheduling_services
 from scheduling.models import PriorityClass, Queue
 from workloads import catalog
 from workloads.models import Image
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise
 
 
 class QueueForm(forms.ModelForm):
@@ -115,201 +119,189 @@ class ImageForm(forms.ModelForm):
         return tools
 
 
-def _form_page(
-    request: HttpRequest,
-    form: forms.ModelForm,
-    *,
-    save: Callable[[dict[str, Any]], Model],
-    title: str,
-    section: str,
-    back: str,
-    saved: str,
-    delete_url: str = "",
-    delete_question: str = "",
-) -> HttpResponse:
-    """Show ``form``; on a valid POST hand the fields (all on create, the changed ones on
-    edit) to ``save`` (a service call), its ValidationError becoming form errors. With
-    ``delete_url`` the page has a Delete button that asks ``delete_question`` first."""
-    if request.method == "POST" and form.is_valid():
-        names = form.changed_data if form.instance.pk else list(form.cleaned_data)
+@dataclass(frozen=True)
+class FormPages:
+    """The "new" and "edit" pages of one kind of thing, stated as what differs between
+    kinds: the form, the two service functions and the words. ``create(actor=, **fields)``
+    makes one; ``update(actor=, <target>=instance, **fields)`` changes one. Titles and
+    messages take the thing's name as ``%(name)s``."""
+
+    form: type[forms.ModelForm]
+    create: Callable[..., Model]
+    update: Callable[..., Model]
+    target: str
+    section: str
+    back: str
+    new_title: _StrOrPromise
+    edit_title: _StrOrPromise
+    created: _StrOrPromise
+    saved: _StrOrPromise
+    # Kinds that can be deleted: ``delete(actor=, <target>=instance)``, the URL names of the
+    # delete and edit pages, the question asked first and the message after.
+    delete: Callable[..., None] | None = None
+    delete_route: str = ""
+    edit_route: str = ""
+    delete_question: _StrOrPromise = ""
+    deleted: _StrOrPromise = ""
+
+    def new(self, request: HttpRequest) -> HttpResponse:
+        def create(fields: dict[str, Any]) -> Model:
+            return self.create(actor=request.user, **fields)
+
+        form = self.form(request.POST or None)
+        return self._page(request, form, create, title=str(self.new_title), saved=self.created)
+
+    def edit(self, request: HttpRequest, instance: Queue | PriorityClass | Image) -> HttpResponse:
+        def update(fields: dict[str, Any]) -> Model:
+            return self.update(actor=request.user, **{self.target: instance}, **fields)
+
+        form = self.form(request.POST or None, instance=instance)
+        title = self.edit_title % {"name": instance.name}
+        extra = {}
+        if self.delete is not None:
+            extra = {
+                "delete_url": reverse(self.delete_route, args=[instance.pk]),
+                "delete_question": self.delete_question % {"name": instance.name},
+            }
+        return self._page(request, form, update, title=title, saved=self.saved, extra=extra)
+
+    def remove(self, request: HttpRequest, instance: Queue | PriorityClass) -> HttpResponse:
+        """Delete through the service; a refusal (still in use) goes back to the edit page
+        with the service's sentence, a delete to the list."""
+        assert self.delete is not None
         try:
-            instance = save({name: form.cleaned_data[name] for name in names})
+            self.delete(actor=request.user, **{self.target: instance})
         except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                form.add_error(field if field in form.fields else None, errors)
-        else:
-            messages.success(request, saved % {"name": str(instance)})
-            return redirect(back)
-    return render(
-        request,
-        "console/edit_form.html",
-        {
-            **console_context(request, section),
-            "form": form,
-            "title": title,
-            "back": back,
-            "delete_url": delete_url,
-            "delete_question": delete_question,
-        },
-    )
+            messages.error(request, " ".join(exc.messages))
+            return redirect(self.edit_route, instance.pk)
+        messages.success(request, self.deleted % {"name": instance.name})
+        return redirect(self.back)
 
-
-def _delete(
-    request: HttpRequest, delete: Callable[[], None], *, edit: str, deleted: str
-) -> HttpResponse:
-    """Call ``delete`` (a service call); a refusal (still in use) goes back to the edit page
-    with the service's sentence, a delete to the queues page."""
-    try:
-        delete()
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-        return redirect(edit)
-    messages.success(request, deleted)
-    return redirect("console-queues")
+    def _page(
+        self,
+        request: HttpRequest,
+        form: forms.ModelForm,
+        save: Callable[[dict[str, Any]], Model],
+        *,
+        title: str,
+        saved: _StrOrPromise,
+        extra: dict[str, str] | None = None,
+    ) -> HttpResponse:
+        """Show ``form``; on a valid POST hand the fields (all on create, the changed ones on
+        edit) to ``save`` (the service call), its ValidationError becoming form errors."""
+        if request.method == "POST" and form.is_valid():
+            names = form.changed_data if form.instance.pk else list(form.cleaned_data)
+            try:
+                instance = save({name: form.cleaned_data[name] for name in names})
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                messages.success(request, saved % {"name": str(instance)})
+                return redirect(self.back)
+        context = {"form": form, "title": title, "back": self.back, **(extra or {})}
+        return render(
+            request, "console/edit_form.html", {**console_context(request, self.section), **context}
+        )
 
 
 # --- Queues and priority classes ---------------------------------------------------------------
 
+QUEUES = FormPages(
+    form=QueueForm,
+    create=scheduling_services.create_queue,
+    update=scheduling_services.update_queue,
+    target="queue",
+    section="queues",
+    back="console-queues",
+    new_title=gettext_lazy("New queue"),
+    edit_title=gettext_lazy("Queue %(name)s"),
+    created=gettext_lazy("Queue %(name)s created."),
+    saved=gettext_lazy("Queue %(name)s saved."),
+    delete=scheduling_services.delete_queue,
+    delete_route="console-queue-delete",
+    edit_route="console-queue-edit",
+    delete_question=gettext_lazy(
+        "Delete the queue %(name)s? New work of its tenants then goes to the queue of "
+        "a tenant above them, or to the default queue."
+    ),
+    deleted=gettext_lazy("Queue %(name)s deleted."),
+)
+PRIORITY_CLASSES = FormPages(
+    form=PriorityClassForm,
+    create=scheduling_services.create_priority_class,
+    update=scheduling_services.update_priority_class,
+    target="priority_class",
+    section="queues",
+    back="console-queues",
+    new_title=gettext_lazy("New priority class"),
+    edit_title=gettext_lazy("Priority class %(name)s"),
+    created=gettext_lazy("Priority class %(name)s created."),
+    saved=gettext_lazy("Priority class %(name)s saved."),
+    delete=scheduling_services.delete_priority_class,
+    delete_route="console-priority-delete",
+    edit_route="console-priority-edit",
+    delete_question=gettext_lazy("Delete the priority class %(name)s?"),
+    deleted=gettext_lazy("Priority class %(name)s deleted."),
+)
+
 
 @superuser_required
 def queue_new(request: HttpRequest) -> HttpResponse:
-    def save(fields: dict[str, Any]) -> Model:
-        return scheduling_services.create_queue(actor=request.user, **fields)
-
-    return _form_page(
-        request,
-        QueueForm(request.POST or None),
-        save=save,
-        title=_("New queue"),
-        section="queues",
-        back="console-queues",
-        saved=_("Queue %(name)s created."),
-    )
+    return QUEUES.new(request)
 
 
 @superuser_required
 def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
-
-    def save(fields: dict[str, Any]) -> Model:
-        return scheduling_services.update_queue(actor=request.user, queue=queue, **fields)
-
-    return _form_page(
-        request,
-        QueueForm(request.POST or None, instance=queue),
-        save=save,
-        title=_("Queue %(name)s") % {"name": queue.name},
-        section="queues",
-        back="console-queues",
-        saved=_("Queue %(name)s saved."),
-        delete_url=reverse("console-queue-delete", args=[queue.pk]),
-        delete_question=_(
-            "Delete the queue %(name)s? New work of its tenants then goes to the queue of "
-            "a tenant above them, or to the default queue."
-        )
-        % {"name": queue.name},
-    )
+    return QUEUES.edit(request, get_object_or_404(Queue, pk=pk))
 
 
 @superuser_required
 @require_POST
 def queue_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
-    return _delete(
-        request,
-        lambda: scheduling_services.delete_queue(actor=request.user, queue=queue),
-        edit=reverse("console-queue-edit", args=[queue.pk]),
-        deleted=_("Queue %(name)s deleted.") % {"name": queue.name},
-    )
+    return QUEUES.remove(request, get_object_or_404(Queue, pk=pk))
 
 
 @superuser_required
 def priority_class_new(request: HttpRequest) -> HttpResponse:
-    def save(fields: dict[str, Any]) -> Model:
-        return scheduling_services.create_priority_class(actor=request.user, **fields)
-
-    return _form_page(
-        request,
-        PriorityClassForm(request.POST or None),
-        save=save,
-        title=_("New priority class"),
-        section="queues",
-        back="console-queues",
-        saved=_("Priority class %(name)s created."),
-    )
+    return PRIORITY_CLASSES.new(request)
 
 
 @superuser_required
 def priority_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    priority_class = get_object_or_404(PriorityClass, pk=pk)
-
-    def save(fields: dict[str, Any]) -> Model:
-        return scheduling_services.update_priority_class(
-            actor=request.user, priority_class=priority_class, **fields
-        )
-
-    return _form_page(
-        request,
-        PriorityClassForm(request.POST or None, instance=priority_class),
-        save=save,
-        title=_("Priority class %(name)s") % {"name": priority_class.name},
-        section="queues",
-        back="console-queues",
-        saved=_("Priority class %(name)s saved."),
-        delete_url=reverse("console-priority-delete", args=[priority_class.pk]),
-        delete_question=_("Delete the priority class %(name)s?") % {"name": priority_class.name},
-    )
+    return PRIORITY_CLASSES.edit(request, get_object_or_404(PriorityClass, pk=pk))
 
 
 @superuser_required
 @require_POST
 def priority_class_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    priority_class = get_object_or_404(PriorityClass, pk=pk)
-    return _delete(
-        request,
-        lambda: scheduling_services.delete_priority_class(
-            actor=request.user, priority_class=priority_class
-        ),
-        edit=reverse("console-priority-edit", args=[priority_class.pk]),
-        deleted=_("Priority class %(name)s deleted.") % {"name": priority_class.name},
-    )
+    return PRIORITY_CLASSES.remove(request, get_object_or_404(PriorityClass, pk=pk))
 
 
 # --- Images ------------------------------------------------------------------------------------
 
+IMAGES = FormPages(
+    form=ImageForm,
+    create=catalog.create_image,
+    update=catalog.update_image,
+    target="image",
+    section="catalog",
+    back="console-catalog",
+    new_title=gettext_lazy("New image"),
+    edit_title=gettext_lazy("Image %(name)s"),
+    created=gettext_lazy("Image %(name)s added."),
+    saved=gettext_lazy("Image %(name)s saved."),
+)
+
 
 @superuser_required
 def image_new(request: HttpRequest) -> HttpResponse:
-    def save(fields: dict[str, Any]) -> Model:
-        return catalog.create_image(actor=request.user, **fields)
-
-    return _form_page(
-        request,
-        ImageForm(request.POST or None),
-        save=save,
-        title=_("New image"),
-        section="catalog",
-        back="console-catalog",
-        saved=_("Image %(name)s added."),
-    )
+    return IMAGES.new(request)
 
 
 @superuser_required
 def image_edit(request: HttpRequest, slug: str) -> HttpResponse:
-    image = get_object_or_404(Image, slug=slug)
-
-    def save(fields: dict[str, Any]) -> Model:
-        return catalog.update_image(actor=request.user, image=image, **fields)
-
-    return _form_page(
-        request,
-        ImageForm(request.POST or None, instance=image),
-        save=save,
-        title=_("Image %(name)s") % {"name": image.name},
-        section="catalog",
-        back="console-catalog",
-        saved=_("Image %(name)s saved."),
-    )
+    return IMAGES.edit(request, get_object_or_404(Image, slug=slug))
 
 
 @superuser_required

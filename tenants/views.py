@@ -30,10 +30,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 from django_cas_ng import views as cas_views
+from kombu.exceptions import OperationalError as KombuOperationalError
 from openpyxl import Workbook
 
 from core import notices
-from tenants import roster, services
+from tenants import roster, services, tasks
 from tenants.auth import SIGN_IN_ERROR
 from tenants.choices import TenantKind
 from tenants.forms import ApiTokenForm, PreferencesForm, RosterForm, SshKeyForm
@@ -251,7 +252,8 @@ LINKS_HEADER = ["student_number", "name", "email", "link"]
 def sign_in_links(request: AuthenticatedHttpRequest) -> HttpResponse:
     """One-time sign-in links for the members without a password of the classes the teacher
     manages (of ``class`` when given, of the accounts named ``user`` when given): a CSV to
-    download (``delivery=csv``) or one mail each (``delivery=email``)."""
+    download (``delivery=csv``) or one mail each (``delivery=email``), sent by the task
+    ``quanta.tenants.send_sign_in_links`` (in-process without a worker)."""
     access = Access.of(request.user)
     if not access.manages_anything():
         return HttpResponseForbidden(_("Only teachers and admins issue sign-in links."))
@@ -272,32 +274,38 @@ def sign_in_links(request: AuthenticatedHttpRequest) -> HttpResponse:
     ):
         target = reverse("roster-import")
     base_url = settings.PORTAL_URL or request.build_absolute_uri("/")
-    try:
-        links = services.issue_sign_in_links(
-            actor=request.user,
-            base_url=base_url,
-            delivery=delivery,
-            tenant=tenant,
-            usernames=usernames,
-        )
-    except OSError:  # the mail server (smtplib's errors are OSErrors)
-        logger.exception("could not send sign-in links")
-        messages.error(
-            request,
-            _("The mail could not be sent. Download the links as a CSV file and hand them out."),
-        )
-        return redirect(target)
+    links = services.issue_sign_in_links(
+        actor=request.user,
+        base_url=base_url,
+        delivery=delivery,
+        tenant=tenant,
+        usernames=usernames,
+    )
     if not links:
         messages.info(request, _("Everyone here has a password or has signed in already."))
         return redirect(target)
     if delivery == "email":
-        mailed = sum(1 for link in links if link.user.email)
+        mailed = services.link_recipients(links)
+        try:
+            if mailed:  # ids only: the task makes each link as it mails it
+                tasks.send_sign_in_links.delay([list(pair) for pair in mailed], base_url)
+        except (OSError, KombuOperationalError):  # in-process the mail server, else the queue
+            logger.exception("could not send sign-in links")
+            failed = _(
+                "The mail could not be sent. Download the links as a CSV file and hand them out."
+            )
+            messages.error(request, failed)
+            return redirect(target)
         messages.success(
             request,
-            ngettext("Emailed %(n)s sign-in link.", "Emailed %(n)s sign-in links.", mailed)
-            % {"n": mailed},
+            ngettext(
+                "%(n)s sign-in link is being emailed.",
+                "%(n)s sign-in links are being emailed.",
+                len(mailed),
+            )
+            % {"n": len(mailed)},
         )
-        if missing := len(links) - mailed:
+        if missing := len(links) - len(mailed):
             messages.warning(
                 request,
                 ngettext(

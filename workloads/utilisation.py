@@ -5,7 +5,8 @@ mean utilisation of its devices and the memory used on them.
 
 ``idle_since`` is what GPU-aware culling asks (``workloads.services.cull``): since when a
 workload's GPUs have stayed below its threshold, from the samples alone, so a workload without
-readings (no NVML, no Prometheus) is never taken for idle.
+readings (no NVML, no Prometheus) is never taken for idle; ``idle_since_many`` answers it for
+all the running workloads at once, in one query.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Avg
+from django.db.models import Avg, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from scheduling import utilisation as devices
@@ -95,18 +97,51 @@ def idle_since(
     """Since when every sample of ``workload`` has been below ``threshold`` percent, counting
     from its start or from when its owner last kept it, whichever is later. None while it is
     busy, or when there is no recent reading (no source: never idle on GPU grounds)."""
+    return idle_since_many([workload], threshold, now).get(str(workload.pk))
+
+
+def idle_since_many(
+    workloads: Iterable[Workload], threshold: int | None = None, now: dt.datetime | None = None
+) -> dict[str, dt.datetime | None]:
+    """``idle_since`` of each of ``workloads`` (as stored), by workload id, in one query:
+    below ``threshold`` percent, or, when it is None, below each workload's own
+    ``gpu_idle_percent``."""
     now = now or timezone.now()
-    start = workload.started_at or workload.created_at
-    if workload.gpu_kept_at and workload.gpu_kept_at > start:
-        start = workload.gpu_kept_at
-    samples = WorkloadGpuSample.objects.filter(workload=workload, time__gte=start)
-    newest = samples.order_by("-time").first()
-    if newest is None or newest.time < fresh_after(now) or newest.utilisation >= threshold:
-        return None
-    busy = samples.filter(utilisation__gte=threshold).order_by("-time").first()
-    low = samples.filter(time__gt=busy.time) if busy else samples
-    first = low.order_by("time").first()
-    return first.time if first else None
+    ids = [w.pk for w in workloads]
+    if not ids:
+        return {}
+    begun = Coalesce("started_at", "created_at")
+    samples = WorkloadGpuSample.objects.filter(
+        workload=OuterRef("pk"), time__gte=OuterRef("counted_from")
+    )
+    below = OuterRef("gpu_idle_percent") if threshold is None else Value(threshold)
+    busy = samples.filter(utilisation__gte=below)
+
+    def newest(rows: QuerySet[WorkloadGpuSample]) -> Subquery:
+        return Subquery(rows.order_by("-time").values("time")[:1])
+
+    def oldest(rows: QuerySet[WorkloadGpuSample]) -> Subquery:
+        return Subquery(rows.order_by("time").values("time")[:1])
+
+    rows = (
+        Workload.objects.filter(pk__in=ids)
+        # From its start, or from when its owner kept it if that came later.
+        .annotate(counted_from=Greatest(begun, Coalesce("gpu_kept_at", begun)))
+        .annotate(newest=newest(samples), last_busy=newest(busy))
+        .annotate(
+            first=oldest(samples),
+            first_after_busy=oldest(samples.filter(time__gt=OuterRef("last_busy"))),
+        )
+        .values_list("pk", "newest", "last_busy", "first", "first_after_busy")
+    )
+    fresh = fresh_after(now)
+    since: dict[str, dt.datetime | None] = {}
+    for pk, last, last_busy, first, first_after_busy in rows:
+        if last is None or last < fresh or (last_busy is not None and last_busy >= last):
+            since[str(pk)] = None  # no recent reading, or busy now
+        else:
+            since[str(pk)] = first if last_busy is None else first_after_busy
+    return since
 
 
 def recent_mean(workloads: Iterable[Workload], minutes: int = 15) -> dict[str, int]:

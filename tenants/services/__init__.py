@@ -39,7 +39,9 @@ from tenants.services.sign_in_links import (
     SignInLink,
     issue_sign_in_links,
     link_candidates,
+    link_recipients,
     needs_sign_in_link,
+    send_sign_in_links,
     set_password_from_link,
 )
 from tenants.services.ssh_keys import add_ssh_key, parse_public_key, remove_ssh_key, touch_ssh_key
@@ -84,6 +86,7 @@ __all__ = [
     "import_roster",
     "issue_sign_in_links",
     "link_candidates",
+    "link_recipients",
     "lock_chains",
     "move_tenant",
     "needs_sign_in_link",
@@ -95,6 +98,7 @@ __all__ = [
     "remove_ssh_key",
     "reserve",
     "revoke_api_token",
+    "send_sign_in_links",
     "set_membership",
     "set_password_from_link",
     "set_quota",

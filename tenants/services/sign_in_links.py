@@ -113,8 +113,9 @@ def issue_sign_in_links(
 ) -> list[SignInLink]:
     """Links for the candidates (``link_candidates``), optionally only those named in
     ``usernames``; one audit row ``user.sign_in_link`` per person with the delivery (``csv``
-    or ``email``). With ``email`` each person with an address is mailed their link in their
-    own language once the rows are written. Anyone not a candidate is left out silently."""
+    or ``email``). Anyone not a candidate is left out silently. With ``email`` nothing is sent
+    here: the caller enqueues ``tenants.tasks.send_sign_in_links`` with ``link_recipients(links)``
+    (ids only), which mails each person with an address in their own language."""
     if delivery not in DELIVERIES:
         raise ValueError(delivery)
     people = link_candidates(actor=actor, tenant=tenant, usernames=usernames)
@@ -136,15 +137,37 @@ def issue_sign_in_links(
                 delivery=delivery,
                 emailed=delivery == "email" and bool(user.email),
             )
-    if delivery == "email":
-        # Sent here rather than on commit so that a mail server that is down reaches the
-        # caller (the page tells the teacher to download the CSV instead).
-        send_sign_in_links([link for link in links if link.user.email])
     return links
 
 
-def send_sign_in_links(links: list[SignInLink]) -> int:
-    """One mail per person, in their language, over one connection; the number sent."""
+def link_recipients(links: Iterable[SignInLink]) -> list[tuple[int, int]]:
+    """(user id, tenant id) of each link whose person has an email address: what
+    ``send_sign_in_links`` takes, so that a task's message carries ids, never a token."""
+    return [(link.user.pk, link.tenant.pk) for link in links if link.user.email]
+
+
+def send_sign_in_links(*, recipients: Iterable[tuple[int, int]], base_url: str) -> int:
+    """Mail each (user id, tenant id) a fresh link to ``base_url``, in their language, over
+    one connection; the number sent. The link is made here, when it is sent, and only for
+    someone who still needs one (``needs_sign_in_link``) and has an address: a person who
+    set a password or signed in since it was issued gets none, as a link made for them now
+    would work. Nothing is written (``issue_sign_in_links`` audited the issue)."""
+    wanted = list(recipients)
+    users = User.objects.in_bulk([user_id for user_id, _ in wanted])
+    tenants = Tenant.objects.in_bulk([tenant_id for _, tenant_id in wanted])
+    base = base_url.rstrip("/")
+    links = [
+        SignInLink(user=user, tenant=tenant, url=base + link_path(user))
+        for user_id, tenant_id in wanted
+        if (user := users.get(user_id)) is not None
+        and (tenant := tenants.get(tenant_id)) is not None
+        and user.email
+        and needs_sign_in_link(user)
+    ]
+    return _mail(links)
+
+
+def _mail(links: list[SignInLink]) -> int:
     messages = []
     days = max(1, settings.PASSWORD_RESET_TIMEOUT // 86400)
     for link in links:

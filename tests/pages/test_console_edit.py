@@ -229,3 +229,63 @@ def test_outsiders_and_a_get_delete_nothing(world, lab, signed_in) -> None:
     assert Queue.objects.filter(pk=queue.pk).exists()
     assert PriorityClass.objects.filter(pk=priority.pk).exists()
     assert not AuditEvent.objects.filter(action__endswith=".delete").exists()
+
+
+# kind: the new page, the edit page, its title, the messages after creating and saving
+KINDS = {
+    "queue": (
+        "/console/queues/new/",
+        "/console/queues/{pk}/",
+        "Queue research",
+        ("Queue research created.", "Queue research saved."),
+    ),
+    "priority class": (
+        "/console/priority-classes/new/",
+        "/console/priority-classes/{pk}/",
+        "Priority class exam",
+        ("Priority class exam (1000) created.", "Priority class exam (1000) saved."),
+    ),
+    "image": (
+        "/console/catalog/images/new/",
+        "/console/catalog/images/jax/",
+        "Image JAX",
+        ("Image JAX added.", "Image JAX saved."),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_new_and_edit_page_names_the_thing_and_says_what_was_done(
+    world, lab, signed_in, kind
+) -> None:
+    new_url, edit_url, title, (created, saved) = KINDS[kind]
+    model, data = {
+        "queue": (Queue, queue_form(lab)),
+        "priority class": (PriorityClass, {"name": "exam", "value": 1000}),
+        "image": (Image, {"name": "JAX", "slug": "jax", "framework": "JAX"}),
+    }[kind]
+    client = signed_in(world.root)
+    assert f"New {kind}" in client.get(new_url).content.decode()
+    assert created in client.post(new_url, data, follow=True).content.decode()
+    edit_url = edit_url.format(pk=model.objects.get().pk)
+    assert title in client.get(edit_url).content.decode()
+    assert saved in client.post(edit_url, data, follow=True).content.decode()
+
+
+def test_the_edit_pages_speak_the_admins_language(world, lab, signed_in) -> None:
+    from django.conf import settings
+    from django.utils import translation
+
+    world.root.language = "zh-hans"
+    world.root.save(update_fields=["language"])
+    client = signed_in(world.root)
+    try:
+        assert "新建队列" in client.get("/console/queues/new/").content.decode()
+        created = client.post("/console/queues/new/", queue_form(lab), follow=True)
+        assert "队列 research 已创建。" in created.content.decode()
+        edit = f"/console/queues/{Queue.objects.get().pk}/"
+        assert "队列 research" in client.get(edit).content.decode()
+        saved = client.post(edit, queue_form(lab, weight=4), follow=True)
+        assert "队列 research 已保存。" in saved.content.decode()
+    finally:
+        translation.activate(settings.LANGUAGE_CODE)

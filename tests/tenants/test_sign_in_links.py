@@ -18,7 +18,7 @@ from django.core import mail
 from django.test import Client
 
 from core.models import AuditEvent
-from tenants import services
+from tenants import services, tasks
 from tenants.choices import Role
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_the_email_goes_to_each_student_in_their_language(world, imported, clien
         "/roster/sign-in-links/", {"delivery": "email", "user": ["s1", "s2"]}, follow=True
     )
 
-    assert "Emailed 2 sign-in links." in response.content.decode()
+    assert "2 sign-in links are being emailed." in response.content.decode()
     by_to = {m.to[0]: m for m in mail.outbox}
     assert set(by_to) == {"ann@uni.example", "zhang@uni.example"}
     english, chinese = by_to["ann@uni.example"], by_to["zhang@uni.example"]
@@ -158,6 +158,58 @@ def test_the_email_goes_to_each_student_in_their_language(world, imported, clien
     assert {e.data["delivery"] for e in AuditEvent.objects.filter(action="user.sign_in_link")} == {
         "email"
     }
+
+
+def test_the_page_enqueues_the_mails_by_ids_and_says_they_are_being_sent(
+    world, imported, client
+) -> None:
+    client.force_login(world.alice)
+    with mock.patch.object(tasks.send_sign_in_links, "delay") as delay:
+        page = client.post("/roster/sign-in-links/", {"delivery": "email"}, follow=True)
+
+    assert "2 sign-in links are being emailed." in page.content.decode()
+    [(recipients, base_url)] = [c.args for c in delay.call_args_list]
+    assert recipients == [[u.pk, world.class_a.pk] for u in imported]  # ids only, no token
+    assert base_url == "http://testserver/"
+    assert mail.outbox == []  # the task sends them, not the request
+    # Run as a worker would (a JSON message's lists), the task mails each their link.
+    assert tasks.send_sign_in_links.apply(args=(recipients, base_url)).get() == 2
+    assert sorted(m.to[0] for m in mail.outbox) == ["ann@uni.example", "zhang@uni.example"]
+    link = path_of(re.search(r"https?://\S+/account/welcome/\S+", mail.outbox[0].body)[0])
+    assert "Choose your password" in Client().get(link, follow=True).content.decode()
+
+
+def test_the_task_mails_nobody_who_set_a_password_or_lost_their_address_meanwhile(
+    world, imported
+) -> None:
+    s1, s2 = imported
+    recipients = [[s1.pk, world.class_a.pk], [s2.pk, world.class_a.pk], [999999, 1]]
+    s1.set_password("chosen-meanwhile-3")
+    s1.save()
+    assert tasks.send_sign_in_links.apply(args=(recipients, "https://gpu.uni.example")).get() == 1
+    [sent] = mail.outbox
+    assert (
+        sent.to == ["zhang@uni.example"] and "https://gpu.uni.example/account/welcome/" in sent.body
+    )
+    s2.email = ""
+    s2.save()
+    assert tasks.send_sign_in_links.apply(args=(recipients, "https://gpu.uni.example")).get() == 0
+
+
+def test_outsiders_cannot_have_the_mails_sent(world, imported, make_user) -> None:
+    olga = make_user("olga")
+    world.add(world.class_b, olga, Role.TEACHER)  # a teacher, of another class
+    with mock.patch.object(tasks.send_sign_in_links, "delay") as delay:
+        for person in (world.bob, world.charlie, olga):
+            client = Client()
+            client.force_login(person)
+            for data in ({}, {"user": ["s1", "s2"]}, {"class": "ml-101"}):
+                response = client.post("/roster/sign-in-links/", {"delivery": "email", **data})
+                assert response.status_code in (302, 403, 404)
+        Client().post("/roster/sign-in-links/", {"delivery": "email"})  # signed out
+    assert delay.call_count == 0
+    assert mail.outbox == []
+    assert not AuditEvent.objects.filter(action="user.sign_in_link").exists()
 
 
 def test_a_mail_server_that_is_down_tells_the_teacher(world, imported, client) -> None:

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.audit import AuditEvent
@@ -20,7 +22,7 @@ from scheduling.backends.local import LocalBackend
 from scheduling.models import GpuSample
 from tests.gpu_fakes import FakeNvml, nvml  # noqa: F401 (the fixture)
 from workloads import reconcile, services, utilisation
-from workloads.choices import State
+from workloads.choices import State, WorkloadKind
 from workloads.models import Workload, WorkloadGpuSample
 
 pytestmark = pytest.mark.django_db
@@ -266,6 +268,72 @@ def test_the_history_is_downsampled_and_pruned(
     assert set(means[1:-1]) == {50}  # whole buckets: five readings of 40 % and five of 60 %
     per_device = GpuSample.objects.filter(device__index=_held_index(w)).count()
     assert per_device == rows.count()
+
+
+def _gpu_sessions(world: Any, catalog: Any, n: int, now: dt.datetime) -> dict[str, Any]:
+    """``n`` Running GPU sessions (below 10 % for 30 minutes culls them) with readings of five
+    kinds, none idle long enough to be warned; the idle-since each should have, by id."""
+    made = Workload.objects.bulk_create(
+        Workload(
+            kind=WorkloadKind.NOTEBOOK,
+            name=f"w{i}",
+            owner=world.bob,
+            tenant=world.class_a,
+            cluster=catalog.cluster,
+            template=catalog.jupyter,
+            grant=catalog.grant,
+            flavor=catalog.gpu,
+            state=State.RUNNING,
+            started_at=now - dt.timedelta(hours=1),
+            gpu_idle_percent=10,
+            gpu_idle_minutes=30,
+            gpu_kept_at=now - 10.5 * MINUTE if i % 5 == 4 else None,
+        )
+        for i in range(n)
+    )
+    expected: dict[str, Any] = {}
+    samples = []
+    for i, w in enumerate(made):
+        kind = i % 5
+        for minute in range(30, -1, -1):
+            if kind == 0:  # busy until 21 minutes ago, low since 20
+                value = 50 if minute > 20 else 2
+            elif kind == 1:  # low, but busy at the last reading
+                value = 2 if minute else 80
+            elif kind == 2:  # low, but the readings stopped five minutes ago
+                if minute < 5:
+                    continue
+                value = 2
+            elif kind == 3:  # never read
+                continue
+            else:  # busy 25 minutes ago, low since, kept 10.5 minutes ago
+                value = 60 if minute == 25 else 1
+            samples.append(
+                WorkloadGpuSample(workload=w, time=now - minute * MINUTE, utilisation=value)
+            )
+        expected[str(w.pk)] = {0: now - 20 * MINUTE, 4: now - 10 * MINUTE}.get(kind)
+    WorkloadGpuSample.objects.bulk_create(samples)
+    return expected
+
+
+def test_culling_reads_the_idle_since_of_1_or_20_sessions_in_the_same_queries(
+    world, catalog, django_assert_max_num_queries
+) -> None:
+    now = timezone.now()
+    one = _gpu_sessions(world, catalog, 1, now)
+    with CaptureQueriesContext(connection) as queries:
+        assert services.cull_idle_gpus(now) == []
+    for_one = len(queries.captured_queries)
+    assert for_one <= 2  # the candidates, their samples
+    twenty = _gpu_sessions(world, catalog, 19, now) | one
+    with django_assert_max_num_queries(for_one):
+        assert services.cull_idle_gpus(now) == []
+    assert not Workload.objects.filter(gpu_warned_at__isnull=False).exists()
+    # The same answers the workload-at-a-time question gives, for each kind of readings.
+    running = list(Workload.objects.filter(pk__in=twenty))
+    assert utilisation.idle_since_many(running, now=now) == twenty
+    assert {str(w.pk): utilisation.idle_since(w, 10, now) for w in running} == twenty
+    assert utilisation.idle_since_many(running, 1, now=now) == dict.fromkeys(twenty)
 
 
 # --- pages ---------------------------------------------------------------------------------

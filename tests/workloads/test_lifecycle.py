@@ -7,7 +7,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from scheduling.backends.base import BackendError, Phase
@@ -445,3 +445,42 @@ def test_the_environment_limits_hold_for_every_caller_of_the_service(world, cata
             env=too_many,
         )
     assert not Workload.objects.exists()
+
+
+def test_finished_work_is_deleted_only_when_old_and_by_the_portal_or_an_admin(
+    world, catalog, backend, run
+) -> None:
+    from core.models import AuditEvent
+
+    now = timezone.now()
+    two_days_ago = now - dt.timedelta(days=2)
+    old, recent, active, other = (
+        run(
+            services.submit_job,
+            actor=world.bob,
+            tenant=world.class_a,
+            flavor=catalog.small,
+            command="true",
+        )
+        for _ in range(4)
+    )
+    ended = Workload.objects.filter
+    ended(pk=old.pk).update(state=State.SUCCEEDED, finished_at=two_days_ago)
+    ended(pk=recent.pk).update(state=State.FAILED, finished_at=now)
+    # Another class's old work is not class A's to forget.
+    ended(pk=other.pk).update(tenant=world.class_b, state=State.STOPPED, finished_at=two_days_ago)
+    day_ago = now - dt.timedelta(days=1)
+    for person in (world.charlie, world.bob, world.alice):  # a student, the owner, the teacher
+        with pytest.raises(PermissionDenied):
+            services.delete_finished(actor=person, tenant=world.class_a, finished_before=day_ago)
+    assert Workload.objects.count() == 4
+    assert services.delete_finished(actor=None, tenant=world.class_a, finished_before=day_ago) == 1
+    assert set(Workload.objects.values_list("pk", flat=True)) == {recent.pk, active.pk, other.pk}
+    assert not AuditEvent.objects.filter(action="workload.delete_finished").exists()
+    later = now + dt.timedelta(minutes=1)
+    assert (
+        services.delete_finished(actor=world.dean, tenant=world.class_a, finished_before=later) == 1
+    )
+    [event] = AuditEvent.objects.filter(action="workload.delete_finished")
+    assert (event.actor, event.data["deleted"]) == (world.dean, 1)
+    assert set(Workload.objects.values_list("pk", flat=True)) == {active.pk, other.pk}
