@@ -15,6 +15,7 @@ number of workloads. Budgets are read per class (a few queries each, for a perso
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -49,6 +50,7 @@ WAITING_READ = 500  # the newest waiting workloads read to group by reason
 WAITING_GROUPS = 6
 RECENT_WINDOW = dt.timedelta(minutes=15)
 RECENT_STEP = dt.timedelta(seconds=15)
+RECENT_MINIMUM = dt.timedelta(minutes=2)  # the shortest window a chart shows
 
 
 def _minutes(delta: dt.timedelta) -> int:
@@ -188,8 +190,14 @@ def admin_dashboard(now: dt.datetime) -> dict[str, Any]:
         group.count += 1
         group.oldest = min(group.oldest or row["created_at"], row["created_at"])
         group.tenants.add(row["tenant__name"])
+    # The last 15 minutes, or less on a portal younger than that: from a step before the first
+    # work ever started (a fresh demo's chart then shows its load rising, not 14 flat minutes).
+    first = Workload.objects.filter(started_at__isnull=False).aggregate(first=Min("started_at"))
     start = now - RECENT_WINDOW
-    series = allocation_series(clusters, start=start, now=now, step=RECENT_STEP)
+    if first["first"] is not None:
+        start = max(start, min(first["first"] - RECENT_STEP, now - RECENT_MINIMUM))
+    step = max(RECENT_STEP / 3, min(RECENT_STEP, (now - start) / 48))  # finer when short
+    series = allocation_series(clusters, start=start, now=now, step=step)
     charts = []
     for cluster in clusters:
         summary = summaries[cluster.pk]
@@ -216,7 +224,7 @@ def admin_dashboard(now: dt.datetime) -> dict[str, Any]:
         "waiting_total": sum(s.waiting for s in summaries.values()),
         "stranded": sum(s.total.fragmented for s in summaries.values()),
         "charts": charts,
-        "window_minutes": int(RECENT_WINDOW.total_seconds() // 60),
+        "window_minutes": math.ceil((now - start).total_seconds() / 60),
     }
 
 

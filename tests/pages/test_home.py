@@ -113,6 +113,23 @@ def test_an_admin_sees_cluster_health_waiting_work_and_stranded_gpus(
     )
     assert data["capacity"] == 2 and data["values"][-1] == 0.5
     assert "js/charts.js" in page
+    # A portal younger than the window: the chart starts just before its first work, so a
+    # fresh demo shows its load rising rather than a quarter of an hour of nothing.
+    Workload.objects.filter(started_at__isnull=False).update(
+        started_at=timezone.now() - dt.timedelta(seconds=30)
+    )
+    page = signed_in(world.root).get("/").content.decode()
+    titles = re.findall(r"GPUs allocated on [^<]*", page)
+    assert titles == ["GPUs allocated on Lab, last 2 minutes"]
+    data = json.loads(
+        re.search(
+            r'<script id="home-chart-lab" type="application/json">(.*?)</script>', page, re.S
+        ).group(1)
+    )
+    assert len(data["values"]) <= 2 * 12 + 1 and data["values"][-1] == 0.5
+    Workload.objects.filter(pk=holder.pk).update(started_at=timezone.now() - dt.timedelta(hours=1))
+    page = signed_in(world.root).get("/").content.decode()
+    assert "last 15 minutes" in page
 
 
 def test_the_home_page_reads_a_fixed_number_of_queries(world, catalog, running, signed_in) -> None:
