@@ -82,6 +82,9 @@ APP_NAMES = {
     "tensorboard": "TensorBoard",
 }
 DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
+# Put first on JupyterLab's PYTHONPATH: packages that defer their costly start-up work to
+# first use (jupyter_lazy/rfc3987_syntax/__init__.py says what and why).
+LAZY_IMPORTS = Path(__file__).with_name("jupyter_lazy")
 WARM_KERNELS = Path(__file__).with_name("jupyter_warm.py")  # a Jupyter config file
 # The start-up CPU boost of interactive apps (docs/local-backend.md#start-up-cpu-boost).
 DEFAULT_STARTUP_CPU_MILLI = 2000
@@ -224,7 +227,7 @@ class LocalBackend:
         # What every task may read besides the system: the caller's paths, and the installs of
         # the apps this backend starts (code-server's package, PyCharm, the desktop launcher).
         installs = (_install_root(self.code_server), _pycharm_root(self.pycharm))
-        extra = [DESKTOP_LAUNCHER, *(path for path in installs if path)]
+        extra = [DESKTOP_LAUNCHER, LAZY_IMPORTS, *(path for path in installs if path)]
         if self.serving_python:
             extra += [MODEL_SERVER, *_sandbox.python_prefixes(self.serving_python)]
         self.readonly_paths = tuple(dict.fromkeys([*map(Path, readonly_paths), *extra]))
@@ -530,6 +533,9 @@ class LocalBackend:
                 )
             )
             command = [self.python, "-m", "jupyterlab"]
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(LAZY_IMPORTS), *filter(None, [env.get("PYTHONPATH")])]
+            )
         self._launch(state, workdir, 0, spec, command, cwd, env, placement)
         return state
 

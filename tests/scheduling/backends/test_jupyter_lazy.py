@@ -1,0 +1,47 @@
+"""The lazy ``rfc3987_syntax`` that JupyterLab workloads import first (local.LAZY_IMPORTS):
+importing jsonschema's format checkers no longer builds the IRI parsers, and an IRI is
+checked exactly as the installed package checks it, on first use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scheduling.backends.local import LAZY_IMPORTS
+
+PROBE = """
+import sys, time
+import jsonschema
+started = time.perf_counter()
+import jupyter_events  # what jupyter_server imports at start
+print("built at import:", "rfc3987_syntax.syntax_helpers" in sys.modules)
+checker = jsonschema.FormatChecker()
+good = checker.conforms("https://例え.jp/パス?q=1", "iri")
+bad = checker.conforms("not an iri", "iri")
+print("checks:", good, bad)
+print("built after a check:", "rfc3987_syntax.syntax_helpers" in sys.modules)
+"""
+
+
+def run(lazy: bool) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if lazy:
+        env["PYTHONPATH"] = str(LAZY_IMPORTS)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_jupyter_imports_without_building_the_iri_parsers_and_iris_are_checked_the_same() -> None:
+    pytest.importorskip("rfc3987_syntax", reason="jsonschema's IRI check is not installed here")
+    pytest.importorskip("jupyter_events", reason="JupyterLab is not installed here")
+    eager, lazy = run(lazy=False), run(lazy=True)
+    assert "built at import: True" in eager
+    assert "built at import: False" in lazy
+    assert "checks: True False" in eager and "checks: True False" in lazy
+    assert "built after a check: True" in lazy
