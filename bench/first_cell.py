@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from launch import _up, percentile, start_portal, wait  # noqa: E402
-from launch_apps import CHROMIUM_ARGS, FLAVOR, PASSWORD, sign_in  # noqa: E402
+from launch_apps import CHROMIUM_ARGS, PASSWORD, launch_and_open, sign_in  # noqa: E402
 
 OUTPUT_TIMEOUT_S = 45  # after this the first cell counts as silent
 BEGIN, END = "<!-- first-cell:begin -->", "<!-- first-cell:end -->"
@@ -59,19 +58,7 @@ def set_warm(data: Path, warm: bool) -> None:
 def first_cell_once(page: Page) -> tuple[float, float | None, float, float | None]:
     """Click Launch → Running, and → the first cell's output (s); Running → JupyterLab's
     launcher drawn, and Shift+Enter → the output (s); then stop."""
-    page.goto("/apps/")
-    card = page.locator('section[data-template="jupyter-pytorch"]')
-    card.locator("select[name=flavor]").select_option(**FLAVOR)
-    start = time.perf_counter()
-    card.get_by_role("button", name="Launch").click()
-    page.wait_for_url(re.compile(r"/workloads/[0-9a-f-]{36}/$"))
-    expect(page.locator("h1 [data-state]")).to_have_attribute(
-        "data-state", "Running", timeout=180_000
-    )
-    running = time.perf_counter() - start
-    with page.context.expect_page() as opened:
-        page.locator("a[data-role=open-link]").click()
-    lab = opened.value
+    start, running, lab = launch_and_open(page, "jupyter-pytorch")
     notebook_card = lab.locator('.jp-LauncherCard[data-category="Notebook"]').first
     notebook_card.wait_for(timeout=120_000)
     lab_drawn = time.perf_counter() - start - running
