@@ -86,7 +86,7 @@ DESKTOP_LAUNCHER = Path(__file__).with_name("desktop_launcher.py")
 # first use (jupyter_lazy/rfc3987_syntax/__init__.py says what and why).
 LAZY_IMPORTS = Path(__file__).with_name("jupyter_lazy")
 WARM_KERNELS = Path(__file__).with_name("jupyter_warm.py")  # a Jupyter config file
-# The start-up CPU boost of interactive apps (docs/local-backend.md#start-up-cpu-boost).
+# The start-up CPU boost of interactive apps (docs/local-backend.md, "Start-up CPU boost").
 DEFAULT_STARTUP_CPU_MILLI = 2000
 DEFAULT_STARTUP_BOOST_SECONDS = 30.0
 STARTUP_BOOST_MAX_SECONDS = 180.0
@@ -599,7 +599,7 @@ class LocalBackend:
             name = f"quanta-{_root_tag(self.root)}-{spec.workload_id}-{spec.attempt}-{index}"
             boost = self.startup_cpu_milli if spec.kind == "notebook" else 0
             if boost > resources.cpu_milli:
-                state["cpu_boost"] = {"cpu_milli": resources.cpu_milli, "cap_milli": boost}
+                state["cpu_boost"] = {"cpu_milli": resources.cpu_milli}  # lowered to this
             try:
                 directories = cgroups.create(
                     name,

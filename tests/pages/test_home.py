@@ -127,7 +127,8 @@ def test_an_admin_sees_cluster_health_waiting_work_and_stranded_gpus(
         ).group(1)
     )
     assert len(data["values"]) <= 2 * 12 + 1 and data["values"][-1] == 0.5
-    Workload.objects.filter(pk=holder.pk).update(started_at=timezone.now() - dt.timedelta(hours=1))
+    an_hour_ago = timezone.now() - dt.timedelta(hours=1)
+    Workload.objects.filter(pk=holder.pk).update(created_at=an_hour_ago, started_at=an_hour_ago)
     page = signed_in(world.root).get("/").content.decode()
     assert "last 15 minutes" in page
 
