@@ -2,8 +2,9 @@
 
 The local backend copies this file into a JupyterLab workload's private config directory as
 ``jupyter_server_config.py`` (Jupyter runs it as a config file, inside the sandbox: it imports
-nothing of the portal). The kernel manager it installs starts one kernel as soon as the server
-is first asked for its kernels (the backend's readiness probe asks), waits until that kernel
+nothing of the portal). The kernel manager it installs starts one kernel as soon as the server's
+event loop runs (or when the server is first asked for its kernels, if that comes first: the
+backend's readiness probe asks), waits until that kernel
 answers a ``kernel_info_request``, and hands it to the first notebook opened in the root
 folder. So the server says it has an idle kernel only once one really answers (the backend
 marks the workload Running then, not before), and a fresh notebook's first cell runs on a
@@ -38,6 +39,7 @@ from typing import Any
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from jupyter_server.services.sessions.sessionmanager import KernelName, ModelName, SessionManager
+from tornado.ioloop import IOLoop
 
 WARM_READY_TIMEOUT = 120.0  # seconds a warm kernel may take to answer before it is given up
 AHEAD_CLAIM_SECONDS = 60.0  # a session made ahead lends its kernel this long after it was made
@@ -48,6 +50,13 @@ class WarmKernelManager(AsyncMappingKernelManager):
 
     _warm_task: asyncio.Task[str | None] | None = None
     _warm_id: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The server makes its kernel manager after its IOLoop (ServerApp.init_ioloop), and
+        # starts that loop once it listens: the kernel then imports IPython while the server
+        # answers its first requests, instead of after the readiness probe's first ask.
+        IOLoop.current().add_callback(self.warm_up)
 
     def warm_up(self) -> None:
         """Start the warm kernel once (later calls do nothing)."""

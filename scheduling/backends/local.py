@@ -532,7 +532,8 @@ class LocalBackend:
                     warm=state["warm_kernel"],
                 )
             )
-            command = [self.python, "-m", "jupyterlab"]
+            # JupyterLab's own entry point, without its "node yarn.js config" at import
+            command = [self.python, "-m", "quanta_jupyterlab"]
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(LAZY_IMPORTS), *filter(None, [env.get("PYTHONPATH")])]
             )

@@ -1,12 +1,15 @@
-"""The lazy ``rfc3987_syntax`` that JupyterLab workloads import first (local.LAZY_IMPORTS):
+"""What JupyterLab workloads import first (local.LAZY_IMPORTS). The lazy ``rfc3987_syntax``:
 importing jsonschema's format checkers no longer builds the IRI parsers, and an IRI is
-checked exactly as the installed package checks it, on first use."""
+checked exactly as the installed package checks it, on first use. ``quanta_jupyterlab``:
+JupyterLab starts without running Node.js for yarn's configuration."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +48,29 @@ def test_jupyter_imports_without_building_the_iri_parsers_and_iris_are_checked_t
     assert "built at import: False" in lazy
     assert "checks: True False" in eager and "checks: True False" in lazy
     assert "built after a check: True" in lazy
+
+
+def lab_version(module: str, bin_dir: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(LAZY_IMPORTS)
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--version"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_jupyterlab_starts_without_asking_node_for_yarns_configuration(tmp_path: Path) -> None:
+    jupyterlab = pytest.importorskip("jupyterlab", reason="JupyterLab is not installed here")
+    called = tmp_path / "node-was-run"
+    node = tmp_path / "bin" / "node"  # a node that notes it ran, first on the PATH
+    node.parent.mkdir()
+    node.write_text(f"#!/bin/sh\necho \"$@\" >> {called}\necho '{{}}'\n")
+    node.chmod(node.stat().st_mode | stat.S_IXUSR)
+    assert lab_version("jupyterlab", node.parent) == jupyterlab.__version__
+    assert "config --json" in called.read_text()  # the stock entry point asks node
+    called.unlink()
+    assert lab_version("quanta_jupyterlab", node.parent) == jupyterlab.__version__
+    assert not called.exists()

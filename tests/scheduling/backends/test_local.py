@@ -546,7 +546,10 @@ def test_a_notebook_that_dies_unasked_fails_with_its_code_and_last_words(
     fake = home / "fake" / "jupyterlab"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "__main__.py").write_text("import sys\nprint('cannot bind: port in use')\nsys.exit(2)")
+    (fake / "commands.py").write_text("")
+    (fake / "labapp.py").write_text(
+        "def main():\n    print('cannot bind: port in use')\n    return 2"
+    )
     spec = WorkloadSpec(
         workload_id=str(uuid.uuid4()), kind="notebook", app="jupyter", owner="bob",
         base_url="/nb/x/", env={"PYTHONPATH": str(fake.parent)}, working_dir=str(home),
