@@ -3,8 +3,7 @@
 The local backend copies this file into a JupyterLab workload's private config directory as
 ``jupyter_server_config.py`` (Jupyter runs it as a config file, inside the sandbox: it imports
 nothing of the portal). The kernel manager it installs starts one kernel as soon as the server's
-event loop runs (or when the server is first asked for its kernels, if that comes first: the
-backend's readiness probe asks), waits until that kernel
+event loop runs, before the loop serves any request, waits until that kernel
 answers a ``kernel_info_request``, and hands it to the first notebook opened in the root
 folder. So the server says it has an idle kernel only once one really answers (the backend
 marks the workload Running then, not before), and a fresh notebook's first cell runs on a
@@ -55,7 +54,8 @@ class WarmKernelManager(AsyncMappingKernelManager):
         super().__init__(*args, **kwargs)
         # The server makes its kernel manager after its IOLoop (ServerApp.init_ioloop), and
         # starts that loop once it listens: the kernel then imports IPython while the server
-        # answers its first requests, instead of after the readiness probe's first ask.
+        # answers its first requests (the readiness probe's too: a callback added before
+        # the loop starts runs before any request is served).
         IOLoop.current().add_callback(self.warm_up)
 
     def warm_up(self) -> None:
@@ -86,11 +86,6 @@ class WarmKernelManager(AsyncMappingKernelManager):
         self._warm_id = kernel_id
         self.log.info("warm kernel %s is ready", kernel_id)
         return kernel_id
-
-    def list_kernels(self) -> list[dict[str, Any]]:
-        self.warm_up()
-        kernels: list[dict[str, Any]] = super().list_kernels()
-        return kernels
 
     async def start_kernel(  # type: ignore[override]
         self, *, kernel_id: str | None = None, path: str | None = None, **kwargs: Any

@@ -29,10 +29,16 @@ print("built after a check:", "rfc3987_syntax.syntax_helpers" in sys.modules)
 """
 
 
-def run(lazy: bool) -> str:
+def environment(lazy: bool = True) -> dict[str, str]:
+    """This process's environment with ``LAZY_IMPORTS`` alone on ``PYTHONPATH`` (or none)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if lazy:
         env["PYTHONPATH"] = str(LAZY_IMPORTS)
+    return env
+
+
+def run(lazy: bool) -> str:
+    env = environment(lazy)
     result = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
     )
@@ -51,8 +57,7 @@ def test_jupyter_imports_without_building_the_iri_parsers_and_iris_are_checked_t
 
 
 def lab_version(module: str, bin_dir: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(LAZY_IMPORTS)
+    env = environment()
     env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
     result = subprocess.run(
         [sys.executable, "-m", module, "--version"],
